@@ -1,0 +1,11 @@
+"""Federated methods, one file each, all behind ``Algorithm`` (see ``base``).
+
+Importing this package registers every method, so scenario names resolve.
+"""
+
+from p2pfed.algorithms.base import (ALGORITHMS, Algorithm, ArtifactError, DeviceContext, Options,
+                                    Payload, Received, algorithm_class, register)
+from p2pfed.algorithms import fedsub, gossip_avg, local  # noqa: F401  (registration)
+
+__all__ = ["ALGORITHMS", "Algorithm", "ArtifactError", "DeviceContext", "Options", "Payload",
+           "Received", "algorithm_class", "register"]

@@ -1,0 +1,179 @@
+"""The device-side algorithm interface: what one device does with its data, model and peers.
+
+An algorithm never knows whether it runs in the SimPy simulation or in a real peer process.
+It sees its local data, its model, the payloads peers sent it (with sender and age) and the
+time the runtime tells it. The runtime decides when it trains, when it shares and when bytes
+arrive. A new method is one file with one subclass registered by name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from p2pfed.data import DeviceData
+from p2pfed.learning.model import MLP
+from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
+
+
+class ArtifactError(ValueError):
+    """A peer's payload does not fit the local model (wrong fields, shapes or values)."""
+
+
+class Options(BaseModel):
+    """Method-specific scenario keys under ``algorithm:``; subclasses add fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class Payload:
+    """What a device shares: small JSON metadata plus named arrays (the codec's ``meta``/``tensors``)."""
+
+    meta: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class Received:
+    """A payload as cached by the receiver, with who sent it and when."""
+
+    sender: int
+    round: int
+    sent_at: float
+    received_at: float
+    payload: Payload
+    fresh: bool = True  # not yet used by a fusion
+
+    def age(self, now: float) -> float:
+        return now - self.sent_at
+
+
+@dataclass
+class DeviceContext:
+    """Everything local to one device that an algorithm may use."""
+
+    device: DeviceData
+    num_classes: int
+    model: MLP
+    training: TrainingConfig
+    rng: np.random.Generator
+    torch_generator: torch.Generator
+    shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
+
+    def __post_init__(self) -> None:
+        self.x_train = torch.as_tensor(self.device.x_train, dtype=torch.float32)
+        self.y_train = torch.as_tensor(self.device.y_train, dtype=torch.int64)
+        self.x_test = torch.as_tensor(self.device.x_test, dtype=torch.float32)
+        self.y_test = torch.as_tensor(self.device.y_test, dtype=torch.int64)
+
+    @property
+    def device_id(self) -> int:
+        return self.device.device_id
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.y_train.shape[0])
+
+
+class Algorithm(ABC):
+    """One device's learning method. Subclasses override the hooks they need.
+
+    Round order, driven by the runtime: ``train`` → ``share`` → (peers' payloads arrive through
+    ``receive``) → ``fuse`` → ``evaluate``.
+    """
+
+    name: ClassVar[str]
+    message_kind: ClassVar[str]
+    Options: ClassVar[type[Options]] = Options
+
+    def __init__(self, ctx: DeviceContext, options: Options) -> None:
+        self.ctx = ctx
+        self.options = options
+        self.cache: dict[int, Received] = {}
+
+    # -- hooks -------------------------------------------------------------------------------
+    def train(self, round: int) -> None:
+        """Local training; the default is plain cross-entropy SGD for the configured epochs."""
+        train_epochs(self.ctx.model, self.ctx.x_train, self.ctx.y_train, self.ctx.training,
+                     self.ctx.torch_generator)
+
+    def share(self, round: int) -> Payload | None:
+        """The payload to send to the peers this round (None: nothing to send)."""
+        return None
+
+    def check_payload(self, payload: Payload) -> None:
+        """Raise ArtifactError if a peer's payload does not fit this device's model."""
+
+    def receive(self, item: Received) -> None:
+        """Validate a peer's payload and keep the newest one per peer."""
+        self.check_payload(item.payload)
+        old = self.cache.get(item.sender)
+        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
+            self.cache[item.sender] = item
+
+    def fuse(self, round: int, now: float) -> None:
+        """Integrate what peers sent; the default does nothing (a purely local method)."""
+
+    def evaluate(self) -> Evaluation:
+        return evaluate(self.ctx.model, self.ctx.x_test, self.ctx.y_test)
+
+    def stats(self) -> dict[str, Any]:
+        """Method-specific numbers worth reporting (averaged over devices in summary.json)."""
+        return {}
+
+    # -- helpers for subclasses ------------------------------------------------------------
+    def drop_stale(self, now: float, max_age_s: float | None) -> None:
+        """Forget cached payloads older than ``max_age_s`` (the TTL)."""
+        if max_age_s is None:
+            return
+        for sender in [s for s, r in self.cache.items() if r.age(now) > max_age_s]:
+            del self.cache[sender]
+
+    def take_fresh(self) -> list[Received]:
+        """Cached payloads not used by a fusion yet, marked used, in sender order."""
+        fresh = [self.cache[s] for s in sorted(self.cache) if self.cache[s].fresh]
+        for item in fresh:
+            item.fresh = False
+        return fresh
+
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: make a method available by its ``name`` in scenarios and the CLI."""
+    if cls.name in ALGORITHMS:
+        raise ValueError(f"algorithm {cls.name!r} registered twice")
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """Look up a registered method, with the valid names in the error."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of: "
+                         f"{', '.join(sorted(ALGORITHMS))}") from None
+
+
+def expect_array(payload: Payload, name: str, shape: tuple[int, ...] | None = None,
+                 kinds: str = "f", check: Callable[[np.ndarray], bool] | None = None) -> np.ndarray:
+    """Fetch a tensor from a payload, raising ArtifactError naming the field if it is off."""
+    arr = payload.tensors.get(name)
+    if arr is None:
+        raise ArtifactError(f"missing tensor {name!r}")
+    if arr.dtype.kind not in kinds:
+        raise ArtifactError(f"tensor {name!r} has dtype {arr.dtype}, expected kind {kinds!r}")
+    if shape is not None and tuple(arr.shape) != tuple(shape):
+        raise ArtifactError(f"tensor {name!r} has shape {tuple(arr.shape)}, expected {tuple(shape)}")
+    if check is not None and not check(arr):
+        raise ArtifactError(f"tensor {name!r} has invalid values")
+    return arr

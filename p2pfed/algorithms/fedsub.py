@@ -1,0 +1,214 @@
+"""``fedsub``: FedSub without a server — class prototypes and class subnetworks, fused per class.
+
+Follows Pesenti et al., *FedSub* (journal version, Sec. 3): every round a device trains E local
+epochs (Alg. 1 l.2), computes one prototype per class it holds (Eq. 1), a reliability score per
+class (l.5) and one subnetwork per class (Eq. 2 naive activations, or Eq. 4-5 LRP), and shares
+them. The server's part (Alg. 2) runs on every device over its own and its cached peers'
+artifacts: per class, K-means on the prototypes with K in 2..n-1 chosen by the Davies–Bouldin
+index, then fusion of the cluster-mates' subnetworks (Eq. 9-10 *Overlapping Components* by
+default; Eq. 6-7 cluster average, Eq. 8 leadership), and only the fused parameters change (l.13).
+
+Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
+(neighbours, or carriers of them), so each device clusters its own view; all devices start from
+the same initial weights (a shared seed), as a server's first broadcast would give them.
+On the wire a device sends the rows of the union of its class subnetworks once, plus one bit per
+unit and class (see ``encode_subnetworks``), instead of one masked copy of the model per class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
+                                    expect_array, register)
+from p2pfed.learning.clustering import ClusteringCache
+from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
+from p2pfed.learning.model import MLP
+from p2pfed.learning.prototypes import class_prototypes
+from p2pfed.learning.subnetworks import (EXTRACTORS, UnitMasks, extract_unit_masks,
+                                         parameter_masks, union_units)
+from p2pfed.learning.training import per_class_accuracy
+
+
+class FedSubOptions(Options):
+    extraction: str = Field("naive", description="subnetwork extraction rule")
+    fusion: Literal["overlap", "cluster-avg", "leadership"] = "overlap"
+    score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
+    depth: Literal["full", "partial"] = "full"
+    shared_layers: int = Field(2, ge=1, description="layers fused when depth is partial")
+    float16: bool = Field(False, description="send parameter values as float16")
+    max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
+    kmeans_n_init: int = Field(4, ge=1)
+    cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
+
+    @field_validator("extraction")
+    @classmethod
+    def _known_extraction(cls, v: str) -> str:
+        if v not in EXTRACTORS:
+            raise ValueError(f"unknown extraction {v!r}; choose one of {sorted(EXTRACTORS)}")
+        return v
+
+
+@dataclass
+class Artifacts:
+    """One device's class-level artifacts, decoded into dense per-parameter form."""
+
+    classes: list[int]
+    prototypes: np.ndarray              # (C, d)
+    scores: list[float]
+    values: dict[str, torch.Tensor]     # dense parameters, zero outside the union of subnetworks
+    units: dict[int, UnitMasks]         # class -> unit mask per layer
+
+
+def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -> dict[str, np.ndarray]:
+    """Rows of the union of the class subnetworks (sent once) plus one bit per unit and class."""
+    classes = sorted(units)
+    union = union_units(units)
+    dtype = np.float16 if float16 else np.float32
+    tensors: dict[str, np.ndarray] = {
+        "units": np.stack([np.concatenate(units[c]) for c in classes]).astype(bool)
+        if classes else np.zeros((0, sum(l.out_features for l in model.layers)), dtype=bool)
+    }
+    for i, layer in enumerate(model.layers):
+        rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.out_features, dtype=torch.bool)
+        tensors[f"layers.{i}.weight"] = layer.weight.detach()[rows].numpy().astype(dtype)
+        tensors[f"layers.{i}.bias"] = layer.bias.detach()[rows].numpy().astype(dtype)
+    return tensors
+
+
+def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+    """Inverse of ``encode_subnetworks``, checked against the local model's shapes."""
+    sizes = [l.out_features for l in model.layers]
+    bits = expect_array(payload, "units", (len(classes), sum(sizes)), kinds="b")
+    splits = np.cumsum(sizes)[:-1]
+    units = {c: [np.array(part, dtype=bool) for part in np.split(bits[j], splits)]
+             for j, c in enumerate(classes)}
+    union = union_units(units) if classes else [np.zeros(s, dtype=bool) for s in sizes]
+    values: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(model.layers):
+        n = int(union[i].sum())
+        w = expect_array(payload, f"layers.{i}.weight", (n, layer.in_features))
+        b = expect_array(payload, f"layers.{i}.bias", (n,))
+        dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
+        dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
+        rows = torch.as_tensor(union[i])
+        dense_w[rows] = torch.from_numpy(np.array(w, dtype=np.float32))
+        dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
+        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
+    return units, values
+
+
+@register
+class FedSub(Algorithm):
+    name = "fedsub"
+    message_kind = "fedsub/artifacts"
+    Options = FedSubOptions
+    options: FedSubOptions
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.own: Artifacts | None = None
+        self.peers: dict[int, Artifacts] = {}
+        self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
+        self.last_k: dict[int, int] = {}
+
+    # -- client side (Alg. 1) --------------------------------------------------------------
+    def _reliability(self, classes: np.ndarray, counts: np.ndarray) -> list[float]:
+        kind = self.options.score
+        if kind == "equal":
+            return [1.0] * len(classes)
+        acc = per_class_accuracy(self.ctx.model, self.ctx.x_train, self.ctx.y_train,
+                                 self.ctx.num_classes)[classes]
+        if kind == "size":
+            return [float(c) for c in counts]
+        if kind == "accuracy":
+            return [float(a) for a in acc]
+        return [float(c * a) for c, a in zip(counts, acc)]
+
+    def _extract(self) -> tuple[Artifacts, np.ndarray]:
+        model, x, y = self.ctx.model, self.ctx.x_train, self.ctx.y_train
+        classes, protos, counts = class_prototypes(model, x, y, self.ctx.num_classes)
+        units = extract_unit_masks(self.options.extraction, model, x, y, classes)
+        values = {n: p.detach().clone() for n, p in model.named_parameters()}
+        own = Artifacts(classes=[int(c) for c in classes], prototypes=protos,
+                        scores=self._reliability(classes, counts), values=values, units=units)
+        return own, counts
+
+    def share(self, round: int) -> Payload:
+        self.own, counts = self._extract()
+        tensors = {"prototypes": self.own.prototypes,
+                   **encode_subnetworks(self.ctx.model, self.own.units, self.options.float16)}
+        meta = {"classes": self.own.classes, "counts": [int(c) for c in counts],
+                "scores": self.own.scores}
+        return Payload(meta=meta, tensors=tensors)
+
+    def stats(self) -> dict:
+        """The K that the DBI sweep chose per class at the last fusion (mean over devices)."""
+        return {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+
+    # -- receiving -------------------------------------------------------------------------
+    def _parse(self, payload: Payload) -> Artifacts:
+        classes, scores = payload.meta.get("classes"), payload.meta.get("scores")
+        nc = self.ctx.num_classes
+        if (not isinstance(classes, list) or not all(isinstance(c, int) and 0 <= c < nc for c in classes)
+                or len(set(classes)) != len(classes)):
+            raise ArtifactError(f"meta 'classes' must be distinct class ids in 0..{nc - 1}, got {classes!r}")
+        if (not isinstance(scores, list) or len(scores) != len(classes)
+                or not all(isinstance(s, (int, float)) and np.isfinite(s) and s >= 0 for s in scores)):
+            raise ArtifactError("meta 'scores' must be one finite score >= 0 per class")
+        feat_dim = self.ctx.model.layers[-1].in_features
+        protos = expect_array(payload, "prototypes", (len(classes), feat_dim))
+        units, values = decode_subnetworks(self.ctx.model, classes, payload)
+        return Artifacts(classes=classes, prototypes=np.array(protos, dtype=np.float32),
+                         scores=[float(s) for s in scores], values=values, units=units)
+
+    def check_payload(self, payload: Payload) -> None:
+        self._parse(payload)
+
+    def receive(self, item: Received) -> None:
+        parsed = self._parse(item.payload)
+        old = self.cache.get(item.sender)
+        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
+            self.cache[item.sender] = item
+            self.peers[item.sender] = parsed
+
+    # -- the server's part, on the device (Alg. 2) -----------------------------------------
+    def _fusable(self, units: UnitMasks) -> UnitMasks:
+        if self.options.depth == "full":
+            return units
+        return [u if i < self.options.shared_layers else np.zeros_like(u) for i, u in enumerate(units)]
+
+    def fuse(self, round: int, now: float) -> None:
+        self.drop_stale(now, self.options.cache_max_age_s)
+        for sender in [s for s in self.peers if s not in self.cache]:
+            del self.peers[sender]
+        if self.own is None or not self.peers:
+            return
+        me = self.ctx.device_id
+        fuse_fn = FUSIONS[self.options.fusion]
+        model = self.ctx.model
+        updates = []
+        for j, c in enumerate(self.own.classes):
+            members = sorted([(me, self.own)] + [(s, a) for s, a in self.peers.items() if c in a.classes],
+                             key=lambda m: m[0])
+            points = np.stack([a.prototypes[a.classes.index(c)] for _, a in members])
+            clustering = self.clusterings.cluster(points, k_max=self.options.max_k,
+                                                  n_init=self.options.kmeans_n_init)
+            self.last_k[c] = clustering.k
+            my_label = clustering.labels[[s for s, _ in members].index(me)]
+            mates = [a for (s, a), lab in zip(members, clustering.labels) if lab == my_label]
+            values = [a.values for a in mates]
+            masks = [parameter_masks(model, self._fusable(a.units[c])) for a in mates]
+            scores = [a.scores[a.classes.index(c)] for a in mates]
+            updates.append(fuse_fn(values, masks, scores))
+        own_params = {n: p.detach() for n, p in model.named_parameters()}
+        new, _changed = combine_cluster_updates(own_params, updates)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(new[n])
+        self.take_fresh()

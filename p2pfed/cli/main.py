@@ -1,0 +1,118 @@
+"""The ``p2pfed`` command line: run, compare and validate scenarios."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError, load_scenario
+
+EXIT_BAD_INPUT = 2
+
+
+def _scenario_args(p: argparse.ArgumentParser, optional: bool) -> None:
+    p.add_argument("scenario", nargs="?" if optional else None,
+                   help="scenario YAML file" + (" (default: the embedded quickstart)" if optional else ""))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE",
+                   help="override a scenario field (repeatable), e.g. --set rounds=5")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+
+
+def _load(args: argparse.Namespace) -> LoadedScenario:
+    return load_scenario(args.scenario, args.overrides, args.seed)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from p2pfed.engine.runner import run_scenario
+    from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
+
+    loaded = _load(args)
+    if args.algorithm:
+        loaded = loaded.with_algorithm(args.algorithm)
+    sc = loaded.scenario
+    out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}"
+    print(f"running {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, seed {sc.seed}",
+          file=sys.stderr)
+    summary = run_scenario(loaded, out, progress=not args.quiet)
+    print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
+    print(f"results in {out}/ (rounds.csv, devices.csv, summary.json, plot.png)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from p2pfed.engine.runner import run_scenario
+    from p2pfed.results.compare import write_comparison
+
+    loaded = _load(args)
+    names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    runs = [loaded.with_algorithm(n) for n in names]  # fails early on an unknown name
+    out = Path(args.out) if args.out else Path("runs") / f"{loaded.scenario.name}-compare"
+    summaries, rounds = [], {}
+    for name, run in zip(names, runs):
+        print(f"[{name}] {run.scenario.rounds} rounds", file=sys.stderr)
+        summaries.append(run_scenario(run, out / name, progress=not args.quiet))
+        from p2pfed.results.files import read_csv
+        rounds[name] = read_csv(out / name / "rounds.csv")
+    print(write_comparison(out, summaries, rounds, title=loaded.scenario.name))
+    print(f"results in {out}/ (comparison.csv, comparison.png, one folder per algorithm)")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in args.scenarios:
+        try:
+            load_scenario(path, args.overrides)
+            print(f"{path}: ok")
+        except ScenarioError as exc:
+            bad += 1
+            for line in exc.problems:
+                print(line)
+    return EXIT_BAD_INPUT if bad else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="p2pfed", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="simulate one scenario and write its results")
+    _scenario_args(p, optional=True)
+    p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>)")
+    p.add_argument("--algorithm", help="run this method instead of the scenario's")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="run several methods on one scenario and tabulate them")
+    _scenario_args(p, optional=True)
+    p.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedsub,gossip-avg,local")
+    p.add_argument("--out", help="results folder (default runs/<scenario>-compare)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("validate", help="check scenario files without running them")
+    p.add_argument("scenarios", nargs="+", help="scenario YAML files")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ScenarioError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValueError as exc:  # unknown algorithm names, impossible topologies, bad data files
+        print(f"p2pfed: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Shared data types: one device's local data and the whole federation."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class DeviceData:
+    """The local train/test data of one peer; features float32, labels int64."""
+
+    device_id: int  # 0..N-1, position in FederatedDataset.devices
+    name: str  # e.g. "wisdm-user-7", "synthetic-3"
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    def classes(self) -> np.ndarray:
+        """Sorted class ids present in this device's training data."""
+        return np.unique(self.y_train)
+
+    def class_counts(self, num_classes: int | None = None) -> np.ndarray:
+        """Training examples per class id (length `num_classes`, or max id + 1)."""
+        length = num_classes if num_classes is not None else int(self.y_train.max(initial=-1)) + 1
+        return np.bincount(self.y_train, minlength=length)
+
+    @property
+    def num_train(self) -> int:
+        return len(self.y_train)
+
+    @property
+    def num_test(self) -> int:
+        return len(self.y_test)
+
+
+@dataclass
+class FederatedDataset:
+    """All devices of one experiment plus the label space they share."""
+
+    name: str
+    num_features: int
+    num_classes: int
+    class_names: list[str]
+    devices: list[DeviceData]
+    groups: np.ndarray | None = None  # synthetic only: (devices, classes) latent group, -1 = absent
+
+    def summary_table(self) -> str:
+        """Per-device, per-class example counts as `train/test`, with totals."""
+        header = ["device"] + list(self.class_names) + ["total"]
+        rows = []
+        total_train = np.zeros(self.num_classes, dtype=np.int64)
+        total_test = np.zeros(self.num_classes, dtype=np.int64)
+        for dev in self.devices:
+            tr = np.bincount(dev.y_train, minlength=self.num_classes)
+            te = np.bincount(dev.y_test, minlength=self.num_classes)
+            total_train += tr
+            total_test += te
+            rows.append([dev.name] + [f"{a}/{b}" for a, b in zip(tr, te)]
+                        + [f"{tr.sum()}/{te.sum()}"])
+        rows.append(["TOTAL"] + [f"{a}/{b}" for a, b in zip(total_train, total_test)]
+                    + [f"{total_train.sum()}/{total_test.sum()}"])
+        widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+        fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(r, widths)))
+        lines = [f"{self.name}: {len(self.devices)} devices, {self.num_features} features, "
+                 f"{self.num_classes} classes (counts are train/test)", fmt(header)]
+        lines += [fmt(r) for r in rows]
+        return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Turn pooled arrays plus an owner column into split, scaled DeviceData."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .dataset import DeviceData
+from .scaling import preprocess
+from .split import stratified_split
+
+
+def device_seed(seed: int, key: int) -> np.random.Generator:
+    """Per-device RNG: a device's split depends on (seed, key) only, not on
+    which other devices were selected."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(key)]))
+
+
+def make_device(device_id: int, name: str, x: np.ndarray, y: np.ndarray, *,
+                test_fraction: float, rng: np.random.Generator,
+                scaling: str) -> DeviceData:
+    """Split one device's examples and preprocess them with train statistics."""
+    train, test = stratified_split(y, test_fraction, rng)
+    x_train, x_test = preprocess(x[train], x[test], scaling)
+    return DeviceData(device_id, name, x_train, y[train].astype(np.int64),
+                      x_test, y[test].astype(np.int64))
+
+
+def devices_by_owner(x: np.ndarray, y: np.ndarray, owner: np.ndarray,
+                     owners: Sequence[int], name_format: str, *, test_fraction: float,
+                     seed: int, scaling: str) -> list[DeviceData]:
+    """One device per entry of `owners`, in that order."""
+    devices = []
+    for device_id, key in enumerate(owners):
+        mask = owner == key
+        devices.append(make_device(device_id, name_format.format(key), x[mask], y[mask],
+                                   test_fraction=test_fraction, rng=device_seed(seed, key),
+                                   scaling=scaling))
+    return devices

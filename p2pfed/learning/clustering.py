@@ -1,0 +1,308 @@
+"""Class-level prototype clustering for FedSub (paper Sec. 3.2): K-means with K chosen by DBI.
+
+In the serverless setting every device clusters its own and its cached peers' prototypes for
+every class in every round, so this runs far more often than on FedSub's single server. It is
+therefore a small, vectorised numpy implementation (all ``n_init`` restarts run as one batch)
+instead of scikit-learn, whose per-call overhead dominates at these sizes (tens of prototypes);
+scikit-learn stays the reference the tests compare against. :class:`ClusteringCache` memoises
+results on content, because devices holding the same prototype set would otherwise redo the
+same sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """Chosen partition of one class's prototypes.
+
+    ``labels`` are numbered by first appearance in the input rows (row 0 is in cluster 0), so two
+    equal partitions compare equal. ``dbi`` is the Davies–Bouldin index of the chosen K, ``None``
+    when no K >= 2 could be tried (DBI is undefined for a single cluster). ``labels`` is
+    read-only because :class:`ClusteringCache` hands the same object to several callers.
+    """
+
+    labels: np.ndarray
+    k: int
+    dbi: float | None
+    dbi_by_k: dict[int, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _as_points(points: np.ndarray) -> np.ndarray:
+    """Validate and convert to a C-contiguous float64 (n, d) array (all maths runs in float64)."""
+    x = np.asarray(points)
+    if x.ndim != 2:
+        raise ValueError(f"points must be a 2-D array (n, d), got shape {x.shape}")
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise ValueError("points must be finite")
+    return x
+
+
+def _sq_dists(x: np.ndarray, x_sq: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Squared distances (R, n, k) between the rows of ``x`` and each run's centers (R, k, d)."""
+    c_sq = np.einsum("rkd,rkd->rk", centers, centers)
+    d = x_sq[None, :, None] - 2.0 * np.matmul(x, centers.transpose(0, 2, 1)) + c_sq[:, None, :]
+    np.maximum(d, 0.0, out=d)
+    return d
+
+
+def _kmeanspp(x: np.ndarray, pair_sq: np.ndarray, k: int, runs: int,
+              rng: np.random.Generator) -> np.ndarray:
+    """Greedy k-means++ seeding (as in scikit-learn: best of 2+log k candidates per step) for
+    ``runs`` restarts at once; returns the chosen row indices (runs, k).
+
+    Seeds are always data points, so distances come from the precomputed ``pair_sq``. When all
+    remaining mass is zero (fewer distinct points than k) a candidate is drawn uniformly.
+    """
+    n = x.shape[0]
+    trials = 2 + int(math.log(k))
+    chosen = np.empty((runs, k), dtype=np.intp)
+    chosen[:, 0] = rng.integers(n, size=runs)
+    closest = pair_sq[chosen[:, 0]].copy()  # (R, n)
+    rows = np.arange(runs)
+    for c in range(1, k):
+        cums = np.cumsum(closest, axis=1)
+        total = cums[:, -1:]
+        u = rng.random((runs, trials))
+        target = u * total
+        cand = (cums[:, None, :] <= target[:, :, None]).sum(axis=2)
+        # zero mass (all distinct points already seeds): uniform draw instead
+        cand = np.where(total > 0.0, cand, np.floor(u * n).astype(np.intp))
+        np.minimum(cand, n - 1, out=cand)
+        pot = np.minimum(closest[:, None, :], pair_sq[cand])  # (R, T, n)
+        best = np.argmin(pot.sum(axis=2), axis=1)
+        chosen[:, c] = cand[rows, best]
+        closest = pot[rows, best]
+    return chosen
+
+
+def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-run cluster means (R, k, d) and sizes (R, k) for labels (R, n); empty clusters get 0."""
+    runs, n = labels.shape
+    onehot = np.zeros((runs, k, n))
+    onehot[np.arange(runs)[:, None], labels, np.arange(n)[None, :]] = 1.0
+    counts = onehot.sum(axis=2)
+    sums = np.matmul(onehot, x)
+    return sums / np.maximum(counts, 1.0)[:, :, None], counts
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def kmeans(points: np.ndarray, k: int, *, seed: int = 0, n_init: int = 4, max_iter: int = 100,
+           tol: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd K-means with greedy k-means++ seeding; returns ``(labels (n,), centers (k, d))``.
+
+    The ``n_init`` restarts run as one batched computation (the sizes here are tiny, so Python
+    overhead, not arithmetic, is the cost) and the lowest-inertia run wins, ties to the first.
+    Deterministic for a given ``seed``. A cluster that becomes empty is re-seeded from the point
+    farthest from its centre. With fewer than ``k`` distinct points some clusters necessarily
+    stay empty: ``labels`` then uses fewer than ``k`` ids and those centres are duplicates.
+    ``tol`` is relative to the mean per-feature variance, like scikit-learn's.
+    """
+    x = _as_points(points)
+    n = x.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in 1..{n} for {n} points, got {k}")
+    if n_init < 1 or max_iter < 1:
+        raise ValueError("n_init and max_iter must be >= 1")
+    rng = np.random.default_rng(seed)
+    x_sq = np.einsum("nd,nd->n", x, x)
+    pair_sq = np.maximum(x_sq[:, None] + x_sq[None, :] - 2.0 * (x @ x.T), 0.0)
+    np.fill_diagonal(pair_sq, 0.0)
+    tol_abs = tol * float(np.mean(np.var(x, axis=0)))
+
+    centers = x[_kmeanspp(x, pair_sq, k, n_init, rng)]  # (R, k, d)
+    labels = np.full((n_init, n), -1, dtype=np.intp)
+    for _ in range(max_iter):
+        d = _sq_dists(x, x_sq, centers)
+        new_labels = np.argmin(d, axis=2)
+        new_centers, counts = _means(x, new_labels, k)
+        relocated = False
+        for r in np.nonzero((counts == 0).any(axis=1))[0]:  # rare: relocate empty clusters to the farthest points
+            own = d[r, np.arange(n), new_labels[r]]
+            far = np.argsort(-own, kind="stable")
+            empties = np.nonzero(counts[r] == 0)[0]
+            for e, p in zip(empties, far):
+                if own[p] <= 0.0:
+                    break  # every point sits on its centre: fewer distinct points than k
+                new_centers[r, e] = x[p]
+                relocated = True
+        shift = ((new_centers - centers) ** 2).sum(axis=(1, 2))
+        done = bool(np.all((new_labels == labels).all(axis=1) | (shift <= tol_abs)))
+        labels, centers = new_labels, new_centers
+        if done and not relocated:
+            break
+    # final E-step so labels and centres agree, then pick the best restart
+    d = _sq_dists(x, x_sq, centers)
+    labels = np.argmin(d, axis=2)
+    centers, counts = _means(x, labels, k)
+    # sum_c sum_{x in c} |x - m_c|^2 = sum |x|^2 - sum_c n_c |m_c|^2
+    inertia = x_sq.sum() - (counts * np.einsum("rkd,rkd->rk", centers, centers)).sum(axis=1)
+    best = int(np.argmin(inertia))
+    return labels[best].copy(), centers[best].copy()
+
+
+def _dbi(x: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """DBI for validated float64 points and labels already in 0..k-1 (all non-empty)."""
+    n = x.shape[0]
+    onehot = np.zeros((k, n))
+    onehot[labels, np.arange(n)] = 1.0
+    counts = onehot.sum(axis=1)
+    centroids = (onehot @ x) / counts[:, None]
+    dist = np.sqrt(((x - centroids[labels]) ** 2).sum(axis=1))
+    intra = (onehot @ dist) / counts
+    # Gram form for the k x k centroid distances, as sklearn's euclidean_distances does
+    c_sq = np.einsum("kd,kd->k", centroids, centroids)
+    cdist = np.sqrt(np.maximum(c_sq[:, None] + c_sq[None, :] - 2.0 * (centroids @ centroids.T), 0.0))
+    np.fill_diagonal(cdist, 0.0)
+    # same degenerate-case rules as sklearn.metrics.davies_bouldin_score
+    if np.all(np.isclose(intra, 0.0)) or np.all(np.isclose(cdist, 0.0)):
+        return 0.0
+    cdist[cdist == 0] = np.inf
+    scores = np.max((intra[:, None] + intra[None, :]) / cdist, axis=1)
+    return float(np.mean(scores))
+
+
+def davies_bouldin(points: np.ndarray, labels: np.ndarray) -> float:
+    """Davies–Bouldin index, matching ``sklearn.metrics.davies_bouldin_score`` without its
+    per-call validation overhead (the DBI sweep calls it once per candidate K).
+
+    Labels may be any integers; at least two distinct labels are required.
+    """
+    x = _as_points(points)
+    lab = np.asarray(labels).ravel()
+    if lab.shape[0] != x.shape[0]:
+        raise ValueError(f"{lab.shape[0]} labels for {x.shape[0]} points")
+    uniq, inv = np.unique(lab, return_inverse=True)
+    if uniq.size < 2:
+        raise ValueError("the Davies–Bouldin index needs at least two clusters")
+    return _dbi(x, inv.ravel(), uniq.size)
+
+
+def _first_appearance(labels: np.ndarray) -> np.ndarray:
+    """Renumber cluster ids in order of first appearance (makes equal partitions equal arrays)."""
+    uniq, first = np.unique(labels, return_index=True)
+    remap = np.empty(int(uniq[-1]) + 1, dtype=np.intp)
+    remap[uniq] = np.argsort(np.argsort(first))
+    return remap[labels]
+
+
+def _one_cluster(n: int) -> Clustering:
+    labels = np.zeros(n, dtype=np.intp)
+    labels.setflags(write=False)
+    return Clustering(labels=labels, k=1, dbi=None, dbi_by_k={})
+
+
+def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = None,
+                    seed: int = 0, n_init: int = 4) -> Clustering:
+    """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2).
+
+    Rule for small or degenerate sets (DBI is undefined for one cluster, and a split needs some
+    evidence):
+
+    * n == 0 → ``ValueError``;
+    * n == 1 or n == 2 → a single cluster (the paper's range 2..n-1 is empty);
+    * all points identical → a single cluster;
+    * otherwise K sweeps ``[k_min, min(k_max or n-1, n-1, #distinct points)]``; a K whose
+      clustering has fewer than K non-empty clusters is skipped; the smallest K attaining the
+      minimum DBI wins. If the range is empty (``k_min`` above it) → a single cluster.
+
+    The result depends on the *set* of rows, not their order: rows are clustered in a canonical
+    (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
+    different orders agree on the partition. Deterministic for a given ``seed``.
+    """
+    if k_min < 2:
+        raise ValueError(f"k_min must be >= 2, got {k_min}")
+    if k_max is not None and k_max < k_min:
+        raise ValueError(f"k_max ({k_max}) must be >= k_min ({k_min})")
+    x = _as_points(points)
+    n = x.shape[0]
+    if n == 0:
+        raise ValueError("cannot cluster an empty set of prototypes")
+    if n <= 2:
+        return _one_cluster(n)
+    order = np.lexsort(x.T[::-1])
+    xs = x[order]
+    n_distinct = 1 + int(np.count_nonzero((xs[1:] != xs[:-1]).any(axis=1)))
+    if n_distinct == 1:
+        return _one_cluster(n)
+    hi = min(n - 1 if k_max is None else k_max, n - 1, n_distinct)
+    best_k, best_dbi, best_labels = 0, math.inf, None
+    dbi_by_k: dict[int, float] = {}
+    for k in range(k_min, hi + 1):
+        lab, _ = kmeans(xs, k, seed=seed, n_init=n_init)
+        if np.unique(lab).size < k:
+            continue
+        score = _dbi(xs, lab, k)
+        dbi_by_k[k] = score
+        if score < best_dbi:
+            best_k, best_dbi, best_labels = k, score, lab
+    if best_labels is None:
+        return _one_cluster(n)
+    labels = np.empty(n, dtype=np.intp)
+    labels[order] = best_labels
+    labels = _first_appearance(labels)
+    labels.setflags(write=False)
+    return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=dbi_by_k)
+
+
+class ClusteringCache:
+    """Memoises :func:`choose_k_by_dbi` on the exact content (bytes of the points array + params) — an LRU of bounded size.
+
+    Devices that hold the same prototype set (common once caches converge) then share one
+    sweep. Keys are a BLAKE2b digest of dtype, shape and bytes, so memory stays bounded by
+    ``maxsize`` results rather than by the prototypes themselves. The returned
+    :class:`Clustering` is shared: treat it (including ``dbi_by_k``) as read-only.
+    """
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be >= 1")
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._store: OrderedDict[tuple[Any, ...], Clustering] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @staticmethod
+    def _key(points: np.ndarray, params: dict[str, Any]) -> tuple[Any, ...]:
+        arr = np.ascontiguousarray(points)
+        digest = hashlib.blake2b(arr.tobytes(), digest_size=20).digest()
+        return (arr.dtype.str, arr.shape, digest, tuple(sorted(params.items())))
+
+    def cluster(self, points: np.ndarray, **params: Any) -> Clustering:
+        """Return the cached clustering for this exact content, computing it on a miss."""
+        key = self._key(points, params)
+        with self._lock:
+            hit = self._store.get(key)
+            if hit is not None:
+                self._store.move_to_end(key)
+                self.hits += 1
+                return hit
+        result = choose_k_by_dbi(points, **params)
+        with self._lock:
+            self.misses += 1
+            self._store[key] = result
+            self._store.move_to_end(key)
+            while len(self._store) > self.maxsize:
+                self._store.popitem(last=False)
+        return result

@@ -1,0 +1,27 @@
+"""Class prototypes: the mean penultimate-layer feature of each class a device holds (FedSub Eq. 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from p2pfed.learning.model import MLP
+
+
+@torch.no_grad()
+def class_prototypes(model: MLP, x: torch.Tensor, y: torch.Tensor,
+                     num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(classes, prototypes, counts)`` for the classes present in ``y``.
+
+    ``prototypes[i]`` is the mean of f(x) over the samples of ``classes[i]``; ``counts[i]`` is
+    how many samples that mean is taken over (|D_y|).
+    """
+    model.eval()
+    feats = model.features(x)
+    counts_all = torch.bincount(y, minlength=num_classes)
+    classes = torch.nonzero(counts_all, as_tuple=False).flatten()
+    sums = torch.zeros(num_classes, feats.shape[1], dtype=feats.dtype)
+    sums.index_add_(0, y, feats)
+    protos = sums[classes] / counts_all[classes].unsqueeze(1).to(feats.dtype)
+    return classes.numpy().astype(np.int64), protos.numpy().astype(np.float32), \
+        counts_all[classes].numpy().astype(np.int64)

@@ -1,0 +1,119 @@
+"""Class-level subnetworks: which units of each layer matter for a class (FedSub Sec. 3.1).
+
+A subnetwork is stored as one boolean *unit mask* per layer (length = that layer's output
+units). Keeping a unit keeps its incoming weights and its bias (FedSub Eq. 2 and Eq. 4), so the
+parameter masks follow from the unit masks; storing units keeps artifacts small on the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from p2pfed.learning.model import MLP
+
+UnitMasks = list[np.ndarray]  # one bool array per layer, shape (out_features,)
+
+
+@torch.no_grad()
+def naive_unit_masks(model: MLP, x: torch.Tensor, y: torch.Tensor,
+                     classes: np.ndarray) -> dict[int, UnitMasks]:
+    """Naive activation rule (FedSub Eq. 2): keep the units whose mean activation on the class is > 0.
+
+    Hidden units are measured after ReLU, output units on their logits (identity activation).
+    """
+    model.eval()
+    acts = model.activations(x)
+    masks: dict[int, UnitMasks] = {}
+    for c in classes.tolist():
+        sel = y == c
+        masks[int(c)] = [(a[sel].mean(dim=0) > 0).numpy() for a in acts]
+    return masks
+
+
+def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: float,
+                   beta: float) -> list[torch.Tensor]:
+    """Layer-wise Relevance Propagation with the alpha-beta rule (FedSub Eq. 3-5).
+
+    Starts from each sample's logit for ``target`` (the class score) and propagates it back
+    layer by layer: a unit's relevance is shared among its inputs in proportion to their positive
+    contributions (weighted by ``alpha``) minus their negative contributions (weighted by
+    ``beta``), with ``alpha - beta = 1`` so relevance is conserved. Biases are not given
+    relevance (they absorb none), which keeps the conservation exact.
+
+    Returns per-sample relevances ``[R_input, R_layer0_units, ..., R_output_units]``.
+    """
+    if abs((alpha - beta) - 1.0) > 1e-9:
+        raise ValueError(f"LRP alpha-beta needs alpha - beta = 1, got alpha={alpha}, beta={beta}")
+    with torch.no_grad():
+        acts = model.activations(x)
+        inputs = [x, *acts[:-1]]
+        logits = acts[-1]
+        rel = torch.zeros_like(logits)
+        rows = torch.arange(x.shape[0])
+        rel[rows, target] = logits[rows, target]
+        out = [rel]
+        for layer, a in zip(reversed(model.layers), reversed(inputs)):
+            z = a.unsqueeze(1) * layer.weight.unsqueeze(0)            # (N, out, in)
+            zp, zn = z.clamp(min=0), z.clamp(max=0)
+            sp, sn = zp.sum(-1, keepdim=True), zn.sum(-1, keepdim=True)
+            share = alpha * torch.where(sp > 0, zp / sp.clamp(min=1e-12), torch.zeros_like(zp))
+            if beta:
+                share = share - beta * torch.where(sn < 0, zn / sn.clamp(max=-1e-12), torch.zeros_like(zn))
+            rel = (share * rel.unsqueeze(-1)).sum(1)
+            out.append(rel)
+    return out[::-1]
+
+
+def lrp_unit_masks(alpha: float, beta: float):
+    """LRP extraction (FedSub Eq. 4): keep the units whose mean relevance for the class is > 0."""
+
+    def extract(model: MLP, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray) -> dict[int, UnitMasks]:
+        masks: dict[int, UnitMasks] = {}
+        for c in classes.tolist():
+            xc = x[y == c]
+            rel = lrp_relevances(model, xc, torch.full((xc.shape[0],), int(c)), alpha, beta)
+            masks[int(c)] = [(r.mean(dim=0) > 0).numpy() for r in rel[1:]]
+        return masks
+
+    return extract
+
+
+Extractor = Callable[[MLP, torch.Tensor, torch.Tensor, np.ndarray], dict[int, UnitMasks]]
+
+EXTRACTORS: dict[str, Extractor] = {
+    "naive": naive_unit_masks,
+    "lrp-a1b0": lrp_unit_masks(alpha=1.0, beta=0.0),
+    "lrp-a2b1": lrp_unit_masks(alpha=2.0, beta=1.0),
+}
+
+
+def extract_unit_masks(method: str, model: MLP, x: torch.Tensor, y: torch.Tensor,
+                       classes: np.ndarray) -> dict[int, UnitMasks]:
+    """Per-class unit masks by the named extraction rule."""
+    try:
+        extractor = EXTRACTORS[method]
+    except KeyError:
+        raise ValueError(f"unknown subnetwork extraction {method!r}; "
+                         f"choose one of {sorted(EXTRACTORS)}") from None
+    return extractor(model, x, y, classes)
+
+
+def parameter_masks(model: MLP, units: UnitMasks) -> dict[str, torch.Tensor]:
+    """Expand per-layer unit masks to boolean masks shaped like each weight and bias."""
+    out: dict[str, torch.Tensor] = {}
+    for i, (layer, u) in enumerate(zip(model.layers, units)):
+        ut = torch.as_tensor(np.asarray(u, dtype=bool))
+        out[f"layers.{i}.weight"] = ut.unsqueeze(1).expand_as(layer.weight).clone()
+        out[f"layers.{i}.bias"] = ut.clone()
+    return out
+
+
+def union_units(per_class: dict[int, UnitMasks]) -> UnitMasks:
+    """Units kept by at least one class: the rows a device has to put on the wire once."""
+    masks = list(per_class.values())
+    if not masks:
+        return []
+    return [np.logical_or.reduce([m[i] for m in masks]) for i in range(len(masks[0]))]

@@ -1,0 +1,99 @@
+"""Local training and evaluation of one device's model on its own data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import f1_score
+from torch import nn
+
+# An optional extra term added to the cross-entropy (FedProx, Ditto, prototype regularisers).
+# It receives the model, the batch inputs, the batch labels and the logits.
+ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    f1_macro: float
+    loss: float
+    accuracy: float
+
+
+def train_epochs(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: TrainingConfig,
+    generator: torch.Generator,
+    extra_loss: ExtraLoss | None = None,
+    epochs: int | None = None,
+    trainable: list[nn.Parameter] | None = None,
+) -> float:
+    """Mini-batch SGD for ``epochs`` (default ``config.epochs``); returns the mean batch loss.
+
+    A fresh optimiser each call: after fusion the parameters have moved, so momentum from the
+    previous round would point the wrong way.
+    """
+    n = int(x.shape[0])
+    if n == 0:
+        return float("nan")
+    params = trainable if trainable is not None else list(model.parameters())
+    opt = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
+                          weight_decay=config.weight_decay)
+    model.train()
+    losses = []
+    for _ in range(config.epochs if epochs is None else epochs):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, config.batch_size):
+            idx = order[start:start + config.batch_size]
+            xb, yb = x[idx], y[idx]
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            if extra_loss is not None:
+                loss = loss + extra_loss(model, xb, yb, logits)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    return float(np.mean(losses)) if losses else float("nan")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
+    """Macro-F1 (over the classes in the labels and predictions), mean loss and accuracy."""
+    if x.shape[0] == 0:
+        return Evaluation(float("nan"), float("nan"), float("nan"))
+    model.eval()
+    logits = model(x)
+    loss = float(F.cross_entropy(logits, y))
+    pred = logits.argmax(dim=1)
+    y_np, p_np = y.numpy(), pred.numpy()
+    f1 = float(f1_score(y_np, p_np, average="macro", zero_division=0))
+    return Evaluation(f1_macro=f1, loss=loss, accuracy=float((y_np == p_np).mean()))
+
+
+@torch.no_grad()
+def per_class_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                       num_classes: int) -> np.ndarray:
+    """Accuracy on each class's samples (NaN for classes without samples)."""
+    model.eval()
+    pred = model(x).argmax(dim=1) if x.shape[0] else y
+    out = np.full(num_classes, np.nan)
+    for c in range(num_classes):
+        sel = y == c
+        if bool(sel.any()):
+            out[c] = float((pred[sel] == c).float().mean())
+    return out

@@ -1,0 +1,39 @@
+"""Plots of one run (F1 and bytes over rounds) and of a comparison between methods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_run(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    plot_comparison({"": rows}, path, title=title)
+
+
+def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: str = "") -> None:
+    """Mean macro-F1 (with ±std band) and cumulative megabytes sent, per round, one line per run."""
+    fig, (ax_f1, ax_bytes) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, rows in runs.items():
+        r = [float(x["round"]) for x in rows]
+        f1 = [float(x["f1_macro_mean"]) for x in rows]
+        sd = [float(x["f1_macro_std"]) for x in rows]
+        line, = ax_f1.plot(r, f1, label=label or None)
+        ax_f1.fill_between(r, [a - b for a, b in zip(f1, sd)], [a + b for a, b in zip(f1, sd)],
+                           color=line.get_color(), alpha=0.15)
+        ax_bytes.plot(r, [float(x["bytes_sent_total"]) / 1e6 for x in rows], label=label or None)
+    ax_f1.set(xlabel="round", ylabel="mean macro-F1 over devices", ylim=(0, 1))
+    ax_bytes.set(xlabel="round", ylabel="MB sent (all devices, cumulative)")
+    for ax in (ax_f1, ax_bytes):
+        ax.grid(alpha=0.3)
+        if any(runs):
+            ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,90 @@
+"""One place that turns runtime events into the numbers the results files report.
+
+Both runtimes (the SimPy simulation and real peers) call the same methods, so rounds.csv and
+summary.json mean the same thing whichever produced them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from p2pfed.learning.training import Evaluation
+
+log = logging.getLogger("p2pfed.results")
+
+
+@dataclass
+class DeviceCounters:
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
+    messages_dropped: int = 0
+
+
+@dataclass
+class Recorder:
+    num_devices: int
+    rows: list[dict] = field(default_factory=list)
+    devices: list[DeviceCounters] = field(init=False)
+    drop_reasons: Counter = field(default_factory=Counter)
+    last_evaluations: list[Evaluation] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.devices = [DeviceCounters() for _ in range(self.num_devices)]
+
+    def sent(self, src: int, nbytes: int) -> None:
+        """A message of ``nbytes`` encoded bytes left ``src`` (counted once per destination)."""
+        d = self.devices[src]
+        d.bytes_sent += nbytes
+        d.messages_sent += 1
+
+    def delivered(self, dst: int, nbytes: int) -> None:
+        d = self.devices[dst]
+        d.bytes_received += nbytes
+        d.messages_received += 1
+
+    def dropped(self, src: int, dst: int, reason: str, detail: str = "") -> None:
+        """A message that never reached the algorithm: logged with the peers and counted."""
+        self.devices[dst].messages_dropped += 1
+        self.drop_reasons[reason] += 1
+        log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
+
+    @property
+    def bytes_sent_total(self) -> int:
+        return sum(d.bytes_sent for d in self.devices)
+
+    @property
+    def messages_sent(self) -> int:
+        return sum(d.messages_sent for d in self.devices)
+
+    @property
+    def messages_dropped(self) -> int:
+        return sum(d.messages_dropped for d in self.devices)
+
+    def evaluation(self, round: int, sim_time_s: float, evals: list[Evaluation]) -> dict:
+        """Record one evaluation of every device (metrics averaged over devices)."""
+        f1 = np.array([e.f1_macro for e in evals], dtype=float)
+        row = {
+            "round": round,
+            "sim_time_s": round_float(sim_time_s),
+            "f1_macro_mean": round_float(np.nanmean(f1)),
+            "f1_macro_std": round_float(np.nanstd(f1)),
+            "loss_mean": round_float(np.nanmean([e.loss for e in evals])),
+            "accuracy_mean": round_float(np.nanmean([e.accuracy for e in evals])),
+            "bytes_sent_total": self.bytes_sent_total,
+            "messages_sent": self.messages_sent,
+            "messages_dropped": self.messages_dropped,
+        }
+        self.rows.append(row)
+        self.last_evaluations = list(evals)
+        return row
+
+
+def round_float(x: float, digits: int = 6) -> float:
+    """Round for stable, readable output files."""
+    return float(round(float(x), digits))

@@ -1,0 +1,57 @@
+"""summary.json: the headline numbers of one run, the same for simulated and real peers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from p2pfed.results.recorder import Recorder, round_float
+from p2pfed.scenario.loader import LoadedScenario, dump
+
+
+def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, *, devices: int,
+                  sim_time_s: float, wall_time_s: float, full_model_bytes: int,
+                  **extra: Any) -> dict[str, Any]:
+    sc = loaded.scenario
+    final = recorder.rows[-1] if recorder.rows else {}
+    bytes_total = recorder.bytes_sent_total
+    per_device_round = bytes_total / max(devices * sc.rounds, 1)
+    stats: dict[str, Any] = {}
+    for algo in algorithms:
+        for key, value in algo.stats().items():
+            stats.setdefault(key, []).append(value)
+    return {
+        "algorithm": sc.algorithm.name,
+        "scenario": sc.name,
+        "scenario_file": loaded.source,
+        "seed": sc.seed,
+        "devices": devices,
+        "rounds": sc.rounds,
+        "wall_time_s": round_float(wall_time_s, 3),
+        "sim_time_s": round_float(sim_time_s),
+        "final": {k: final.get(k) for k in ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean")},
+        "comm": {
+            "bytes_sent_total": bytes_total,
+            "bytes_per_device_per_round": round_float(per_device_round, 1),
+            "full_model_bytes": full_model_bytes,
+            "bytes_per_device_per_round_vs_full_model": round_float(per_device_round / full_model_bytes, 4),
+            "bytes_per_message": round_float(bytes_total / max(recorder.messages_sent, 1), 1),
+            "bytes_per_message_vs_full_model": round_float(
+                bytes_total / max(recorder.messages_sent, 1) / full_model_bytes, 4),
+            "messages_sent": recorder.messages_sent,
+            "messages_dropped": recorder.messages_dropped,
+            "drop_reasons": dict(recorder.drop_reasons),
+        },
+        "algorithm_stats": {k: _mean_of(v) for k, v in stats.items()},
+        **extra,
+        "config": dump(loaded),
+    }
+
+
+def _mean_of(values: list) -> Any:
+    """Average per-device stats: numbers directly, dicts key by key."""
+    if all(isinstance(v, (int, float)) for v in values):
+        return round_float(sum(values) / len(values), 4)
+    if all(isinstance(v, dict) for v in values):
+        keys = sorted({k for v in values for k in v}, key=str)
+        return {str(k): _mean_of([v[k] for v in values if k in v]) for k in keys}
+    return values

@@ -1,0 +1,55 @@
+"""Turning a validated scenario into the objects a runtime drives: data, models, algorithms.
+
+Shared by the simulation and the real-peer runtime so both build devices the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
+from p2pfed.data import FederatedDataset, load_dataset
+from p2pfed.learning.model import build_model
+from p2pfed.learning.training import TrainingConfig
+from p2pfed.scenario.loader import LoadedScenario, algorithm_options
+
+
+def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
+    ds = loaded.scenario.dataset
+    seed = loaded.scenario.seed
+    common = {"test_fraction": ds.test_fraction, "seed": seed}
+    if ds.name == "synthetic":
+        return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
+    path = loaded.resolve(ds.path)
+    if ds.name == "wisdm":
+        return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users,
+                            path=None if path is None else str(path))
+    return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
+
+
+def device_seeds(seed: int, num_devices: int) -> list[np.random.SeedSequence]:
+    """One independent random stream per device, all derived from the scenario seed."""
+    return np.random.SeedSequence(seed).spawn(num_devices)
+
+
+def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
+                    shared: dict | None = None) -> Algorithm:
+    """The scenario's method for one device. Every device starts from the same initial weights
+    (drawn from the scenario seed), as a server's first broadcast would give them."""
+    sc = loaded.scenario
+    device = dataset.devices[device_id]
+    seq = device_seeds(sc.seed, len(dataset.devices))[device_id]
+    gen = torch.Generator().manual_seed(int(seq.generate_state(1)[0]))
+    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
+    ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
+                        training=TrainingConfig(**sc.training.model_dump()),
+                        rng=np.random.default_rng(seq), torch_generator=gen,
+                        shared=shared if shared is not None else {})
+    cls = algorithm_class(sc.algorithm.name)
+    return cls(ctx, algorithm_options(loaded))
+
+
+def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
+    shared: dict = {}
+    return [build_algorithm(loaded, dataset, i, shared) for i in range(len(dataset.devices))]

@@ -1,0 +1,177 @@
+"""Reading, overriding and validating scenario files, with one clear line per problem.
+
+Relative paths inside a scenario (``dataset.path``, ``topology.file``) are resolved against the
+scenario file's own folder, so a scenario runs the same from any working directory.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from p2pfed.algorithms import algorithm_class
+from p2pfed.scenario.schema import Scenario
+
+DEFAULT_SCENARIO = "quickstart.yaml"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; ``problems`` holds one 'file: field: message' line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    scenario: Scenario
+    source: str           # the file it came from, or "<embedded quickstart>"
+    base_dir: Path        # where relative paths are resolved from
+
+    def resolve(self, path: str | None) -> Path | None:
+        if path is None:
+            return None
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    def with_algorithm(self, name: str) -> LoadedScenario:
+        """The same scenario run with another method, keeping only the options it knows."""
+        known = set(algorithm_class(name).Options.model_fields)
+        opts = {k: v for k, v in self.scenario.algorithm.options.items() if k in known}
+        data = self.scenario.model_dump()
+        data["algorithm"] = {"name": name, **opts}
+        return LoadedScenario(Scenario.model_validate(data), self.source, self.base_dir)
+
+
+def embedded_default_text() -> str:
+    return resources.files("p2pfed.scenario").joinpath(DEFAULT_SCENARIO).read_text()
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
+                  seed: int | None = None) -> LoadedScenario:
+    """Load ``path`` (or the embedded quickstart), apply ``--set`` overrides and ``--seed``, validate."""
+    if path is None:
+        source, base_dir, text = "<embedded quickstart>", Path.cwd(), embedded_default_text()
+    else:
+        p = Path(path)
+        source, base_dir = str(p), p.resolve().parent
+        try:
+            text = p.read_text()
+        except FileNotFoundError:
+            raise ScenarioError([f"{p}: scenario file not found"]) from None
+        except OSError as exc:
+            raise ScenarioError([f"{p}: cannot read scenario file: {exc.strerror}"]) from None
+    raw = parse_yaml(text, source)
+    for item in overrides or []:
+        apply_override(raw, item, source)
+    if seed is not None:
+        raw["seed"] = seed
+    return LoadedScenario(validate(raw, source, base_dir), source, base_dir)
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([f"{where}: invalid YAML: {problem}"]) from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ScenarioError([f"{source}: a scenario must be a mapping of keys, got {type(raw).__name__}"])
+    return raw
+
+
+def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
+    """``key.sub=value``: value parsed as YAML (numbers, booleans, lists), set in place."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError([f"--set {item!r}: expected key.sub=value"])
+    node = raw
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ScenarioError([f"{source}: --set {key}: {part!r} is not a section"])
+        node = child
+    try:
+        node[parts[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError:
+        node[parts[-1]] = value
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown key"
+    msg = err["msg"].removeprefix("Value error, ")
+    given = err.get("input")
+    if err["type"] not in {"missing"} and not isinstance(given, (dict, list)) and given is not None:
+        return f"{loc}: {msg} (got {given!r})"
+    return f"{loc}: {msg}"
+
+
+def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
+    """Validate a raw mapping; collect every problem, then raise them together."""
+    problems: list[str] = []
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        problems += [f"{source}: {_describe(e)}" for e in exc.errors()]
+        scenario = None
+    algo = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    name = algo.get("name", "fedsub")
+    try:
+        cls = algorithm_class(str(name))
+    except ValueError as exc:
+        problems.append(f"{source}: algorithm.name: {exc}")
+        cls = None
+    if cls is not None:
+        opts = {k: v for k, v in algo.items() if k != "name"}
+        try:
+            cls.Options.model_validate(opts)
+        except ValidationError as exc:
+            problems += [f"{source}: {_describe({**e, 'loc': ('algorithm', *e['loc'])})}" for e in exc.errors()]
+    problems += _missing_files(raw, source, base_dir)
+    if problems:
+        raise ScenarioError(problems)
+    return scenario
+
+
+FILE_FIELDS = (("dataset", "path"), ("topology", "file"))
+
+
+def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str]:
+    """Files a scenario names that do not exist (checked even when other fields are wrong)."""
+    problems = []
+    for section, key in FILE_FIELDS:
+        value = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
+        if isinstance(value, str):
+            p = Path(value).expanduser()
+            p = p if p.is_absolute() else base_dir / p
+            if not p.exists():
+                problems.append(f"{source}: {section}.{key}: file not found: {p}")
+    return problems
+
+
+def algorithm_options(loaded: LoadedScenario):
+    """The scenario's algorithm options, parsed by that method's own options model."""
+    cls = algorithm_class(loaded.scenario.algorithm.name)
+    return cls.Options.model_validate(loaded.scenario.algorithm.options)
+
+
+def dump(loaded: LoadedScenario) -> dict[str, Any]:
+    """The fully resolved scenario (defaults filled in), for summary.json and reproducibility."""
+    data = copy.deepcopy(loaded.scenario.model_dump())
+    data["algorithm"] = {"name": loaded.scenario.algorithm.name,
+                         **algorithm_options(loaded).model_dump()}
+    return data

@@ -1,0 +1,112 @@
+"""The scenario schema: every key a scenario file may hold, its type, default and limits.
+
+Validated with pydantic before anything runs. Unknown keys are errors (a typo must not be
+silently ignored). Every field is documented in ``scenarios/REFERENCE.md``; keep them in step
+(a test checks that every field here appears there).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SyntheticSection(Section):
+    num_devices: int = Field(12, ge=2)
+    num_classes: int = Field(4, ge=2)
+    num_features: int = Field(16, ge=1)
+    groups_per_class: int = Field(3, ge=1)
+    samples_per_class: int = Field(40, ge=2)
+    classes_per_device: int | None = Field(None, ge=1)
+    separation: float = Field(4.0, gt=0)
+    noise: float = Field(1.0, gt=0)
+
+
+class DatasetSection(Section):
+    name: Literal["wisdm", "wisdm-raw", "synthetic"] = "wisdm"
+    path: str | None = None
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    scaling: Literal["device", "none"] = "device"
+    users: list[int] | None = None
+    synthetic: SyntheticSection = SyntheticSection()
+
+    @model_validator(mode="after")
+    def _path_when_needed(self) -> DatasetSection:
+        if self.name == "wisdm-raw" and self.path is None:
+            raise ValueError("dataset.path is required for dataset 'wisdm-raw'")
+        return self
+
+
+class ModelSection(Section):
+    hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1)
+
+    @model_validator(mode="after")
+    def _positive(self) -> ModelSection:
+        if any(h <= 0 for h in self.hidden):
+            raise ValueError(f"model.hidden sizes must be positive, got {self.hidden}")
+        return self
+
+
+class TrainingSection(Section):
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class AlgorithmSection(BaseModel):
+    """``name`` plus the method's own keys, checked against that method's options later."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = "fedsub"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class TopologySection(Section):
+    kind: Literal["complete", "ring", "erdos-renyi", "small-world", "random-regular", "file"] = "small-world"
+    k: int = Field(4, ge=2)
+    p: float = Field(0.1, ge=0, le=1)
+    degree: int = Field(3, ge=1)
+    file: str | None = None
+    bandwidth_bps: float = Field(1e6, gt=0)
+    latency_s: float = Field(0.05, ge=0)
+
+    @model_validator(mode="after")
+    def _file_when_needed(self) -> TopologySection:
+        if self.kind == "file" and self.file is None:
+            raise ValueError("topology.file is required when topology.kind is 'file'")
+        return self
+
+
+class EngineSection(Section):
+    round_period_s: float = Field(30.0, gt=0)
+    participation: float = Field(1.0, gt=0, le=1)
+    max_message_bytes: int = Field(64 * 2**20, ge=1024)
+    torch_threads: int = Field(1, ge=1)
+
+
+class EvaluationSection(Section):
+    every: int = Field(1, ge=1)
+
+
+class Scenario(Section):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    rounds: int = Field(20, ge=1)
+    dataset: DatasetSection = DatasetSection()
+    model: ModelSection = ModelSection()
+    training: TrainingSection = TrainingSection()
+    algorithm: AlgorithmSection = AlgorithmSection()
+    topology: TopologySection = TopologySection()
+    engine: EngineSection = EngineSection()
+    evaluation: EvaluationSection = EvaluationSection()

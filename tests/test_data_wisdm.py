@@ -1,0 +1,215 @@
+"""Tests for the WISDM loaders, the ARFF parser, splitting and scaling."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pfed.data import load_dataset, load_wisdm, load_wisdm_raw
+from p2pfed.data.arff import read_arff
+from p2pfed.data.build_wisdm import build
+from p2pfed.data.scaling import preprocess
+from p2pfed.data.split import stratified_split
+from p2pfed.data.wisdm_arrays import CLASS_NAMES, arrays_from_npz
+
+ARFF = Path("/work/shared/data/wisdm/WISDM_ar_v1.1_transformed.arff")
+PACKAGED = Path(__file__).parents[1] / "p2pfed/data/files/wisdm_v1.1_transformed.npz"
+needs_arff = pytest.mark.skipif(not ARFF.exists(), reason="source ARFF not available")
+
+
+@pytest.fixture(scope="module")
+def wisdm():
+    return load_wisdm()
+
+
+def _count_valid_arff_lines(path: Path) -> int:
+    """Independent count: data lines with 46 fields whose last is a known class."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().lower() == "@data")
+    return sum(1 for line in lines[start + 1:]
+               if len(line.split(",")) == 46 and line.split(",")[-1].strip() in CLASS_NAMES)
+
+
+def test_packaged_wisdm_shape(wisdm):
+    assert len(wisdm.devices) == 36
+    assert wisdm.num_features == 43 and wisdm.num_classes == 6
+    assert wisdm.class_names == list(CLASS_NAMES)
+    assert [d.name for d in wisdm.devices] == [f"wisdm-user-{u}" for u in range(1, 37)]
+    assert [d.device_id for d in wisdm.devices] == list(range(36))
+    for dev in wisdm.devices:
+        assert dev.x_train.dtype == np.float32 and dev.y_train.dtype == np.int64
+        assert dev.x_train.shape[1] == 43
+        assert not np.isnan(dev.x_train).any() and not np.isnan(dev.x_test).any()
+
+
+@needs_arff
+def test_packaged_count_matches_arff(wisdm):
+    total = sum(d.num_train + d.num_test for d in wisdm.devices)
+    assert total == _count_valid_arff_lines(ARFF)
+
+
+@needs_arff
+def test_packaged_npz_is_regenerated_from_arff(tmp_path):
+    packaged = load_wisdm(scaling="none")
+    rebuilt = arrays_from_npz(build(ARFF, tmp_path / "w.npz"))
+    fresh = load_wisdm(scaling="none", path=tmp_path / "w.npz")
+    direct = load_wisdm(scaling="none", path=ARFF)
+    assert rebuilt["x"].dtype == np.float32 and rebuilt["label"].dtype == np.int8
+    for a, b, c in zip(packaged.devices, fresh.devices, direct.devices):
+        np.testing.assert_array_equal(a.x_train, b.x_train)
+        np.testing.assert_array_equal(a.x_test, c.x_test)
+
+
+def test_split_is_stratified_and_disjoint():
+    arrays = arrays_from_npz(PACKAGED)
+    for user in np.unique(arrays["user"]):
+        y = arrays["label"][arrays["user"] == user]
+        train, test = stratified_split(y, 0.2, seed=0)
+        assert len(np.intersect1d(train, test)) == 0
+        np.testing.assert_array_equal(np.sort(np.concatenate([train, test])), np.arange(len(y)))
+        assert abs(len(test) - 0.2 * len(y)) <= 1
+        for c in np.unique(y):
+            n_c = np.sum(y == c)
+            assert abs(np.sum(y[test] == c) - 0.2 * n_c) <= 1
+
+
+def test_singleton_class_goes_to_train():
+    y = np.array([0, 0, 0, 0, 0, 1, 2, 2])
+    train, test = stratified_split(y, 0.2, seed=3)
+    assert 5 in train and 5 not in test
+    train, test = stratified_split(np.array([4]), 0.5, seed=0)
+    assert list(train) == [0] and len(test) == 0
+
+
+def test_split_deterministic_per_seed():
+    a, b, c = load_wisdm(seed=1), load_wisdm(seed=1), load_wisdm(seed=2)
+    for da, db in zip(a.devices, b.devices):
+        np.testing.assert_array_equal(da.x_test, db.x_test)
+    assert any(not np.array_equal(da.y_test, dc.y_test) or not np.array_equal(da.x_test, dc.x_test)
+               for da, dc in zip(a.devices, c.devices))
+
+
+def test_device_scaling_uses_train_statistics(wisdm):
+    # Columns with missing values are imputed with the mean, which shrinks
+    # their std below 1; check the complete columns only.
+    arrays = arrays_from_npz(PACKAGED)
+    complete = ~np.isnan(arrays["x"]).any(axis=0)
+    assert complete.sum() >= 40
+    for dev in wisdm.devices:
+        np.testing.assert_allclose(dev.x_train.mean(axis=0), 0.0, atol=1e-4)
+        std = dev.x_train.std(axis=0)
+        varying = (std > 1e-3) & complete
+        np.testing.assert_allclose(std[varying], 1.0, atol=1e-3)
+
+
+def test_changing_test_data_does_not_change_train():
+    rng = np.random.default_rng(0)
+    x_train, x_test = rng.normal(3, 2, (30, 5)), rng.normal(3, 2, (8, 5))
+    x_train[0, 2] = np.nan
+    x_test[1, 4] = np.nan
+    tr1, te1 = preprocess(x_train, x_test)
+    altered = x_test.copy()
+    altered[0] += 1000.0
+    tr2, _ = preprocess(x_train, altered)
+    np.testing.assert_array_equal(tr1, tr2)
+    mean, std = np.nanmean(x_train, axis=0), np.nanstd(x_train, axis=0)
+    np.testing.assert_allclose(te1[0], (x_test[0] - mean) / std, rtol=1e-5)
+    assert te1[1, 4] == pytest.approx(0.0, abs=1e-6)  # imputed with the train mean
+    const = np.ones((4, 2))
+    tr, _ = preprocess(const, const)
+    assert np.isfinite(tr).all()
+    tr_none, _ = preprocess(x_train, x_test, scaling="none")
+    np.testing.assert_allclose(tr_none[1:], x_train[1:], rtol=1e-6)
+    with pytest.raises(ValueError, match="scaling"):
+        preprocess(x_train, x_test, scaling="global")
+
+
+def test_user_subset_and_unknown_user(wisdm):
+    sub = load_wisdm(users=[7, 3])
+    assert [d.name for d in sub.devices] == ["wisdm-user-3", "wisdm-user-7"]
+    np.testing.assert_array_equal(sub.devices[0].x_test, wisdm.devices[2].x_test)
+    with pytest.raises(ValueError, match="99"):
+        load_wisdm(users=[3, 99])
+
+
+def test_summary_table_lists_devices_and_totals(wisdm):
+    table = wisdm.summary_table()
+    assert all(name in table for name in CLASS_NAMES)
+    total = sum(d.num_train for d in wisdm.devices)
+    assert f"{total}/" in table.splitlines()[-1]
+    assert len(table.splitlines()) == len(wisdm.devices) + 3
+
+
+def test_arff_parser_skips_and_reports_bad_lines(tmp_path):
+    path = tmp_path / "small.arff"
+    path.write_text(
+        "@relation t\n\n"
+        "@attribute \"a\" numeric\n"
+        "@attribute b numeric\n"
+        "@attribute class{ \"Walking\" , \"Sitting\" }\n\n"
+        "@data\n"
+        "1,2,Walking\n"        # line 8
+        "1,2\n"                # line 9: too few fields
+        "\n"                   # line 10: empty
+        "x,2,Sitting\n"        # line 11: non-numeric
+        "3,?,Sitting\n"        # line 12: missing value
+        "4,5,Running\n"        # line 13: undeclared class
+        "% comment\n")
+    with pytest.warns(UserWarning, match=r"line 9\b") as record:
+        table = read_arff(path)
+    message = str(record[0].message)
+    assert all(f"line {n}" in message for n in (9, 10, 11, 13))
+    assert [n for n, _ in table.skipped] == [9, 10, 11, 13]
+    assert list(table.line_numbers) == [8, 12]
+    assert np.isnan(table.columns["b"][1])
+    assert list(table.columns["class"]) == ["Walking", "Sitting"]
+
+
+def _write_raw(path: Path, rng: np.random.Generator) -> dict:
+    """Write a raw file; return expected window means per (user, label)."""
+    sizes = {(1, "Walking"): 45, (1, "jogging"): 20, (2, "SITTING"): 41, (2, "Upstairs"): 19}
+    lines, expected = [], {}
+    for (user, activity), n in sizes.items():
+        ts = rng.permutation(np.arange(n) * 50_000_000 + 1000)
+        xyz = rng.normal(size=(n, 3))
+        order = np.argsort(ts)
+        full = (n // 20) * 20
+        xyz = np.round(xyz, 6)  # the file holds 6 decimals
+        lines += [f"{user},{activity},{t},{a:.6f},{b:.6f},{c:.6f};" for t, (a, b, c) in zip(ts, xyz)]
+        expected[(user, activity.lower())] = xyz[order][:full].reshape(-1, 20, 3).mean(axis=1)
+    lines.insert(3, "")
+    lines.insert(10, "1,Walking,123,not-a-number,0.1,0.2;")
+    path.write_text("\n".join(lines) + "\n")
+    return expected
+
+
+def test_raw_loader_windows(tmp_path):
+    path = tmp_path / "raw.txt"
+    expected = _write_raw(path, np.random.default_rng(5))
+    with pytest.warns(UserWarning) as record:
+        data = load_wisdm_raw(path, scaling="none", test_fraction=0.2, seed=0)
+    message = " ".join(str(r.message) for r in record)
+    assert "line 4" in message and "line 11" in message
+    assert data.num_features == 3 and [d.name for d in data.devices] == ["wisdm-user-1", "wisdm-user-2"]
+    total = sum(d.num_train + d.num_test for d in data.devices)
+    assert total == sum(len(v) for v in expected.values())
+    for dev, user in zip(data.devices, (1, 2)):
+        x = np.concatenate([dev.x_train, dev.x_test])
+        y = np.concatenate([dev.y_train, dev.y_test])
+        for (u, activity), means in expected.items():
+            if u != user:
+                continue
+            got = x[y == CLASS_NAMES.index(activity.capitalize())]
+            key = lambda m: np.lexsort(m.T[::-1])  # noqa: E731
+            np.testing.assert_allclose(got[key(got)], means[key(means)], atol=1e-5)
+
+
+def test_load_dataset_dispatch(tmp_path):
+    with pytest.raises(ValueError, match="synthetic"):
+        load_dataset("mnist")
+    with pytest.raises(ValueError, match="path"):
+        load_dataset("wisdm-raw")
+    assert len(load_dataset("wisdm", users=[1]).devices) == 1
+    assert load_dataset("synthetic", num_devices=3).groups.shape[0] == 3

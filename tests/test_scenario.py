@@ -1,0 +1,91 @@
+"""Scenario files: validation errors a user can act on, overrides, the embedded default."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from p2pfed.cli.main import main
+from p2pfed.scenario.loader import ScenarioError, embedded_default_text, load_scenario
+from p2pfed.scenario.schema import Scenario
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    return err.value.problems
+
+
+def test_broken_scenario_reports_every_problem_naming_file_and_field(repo_root, capsys):
+    path = repo_root / "scenarios" / "broken.yaml"
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    fields = [re.match(rf"{re.escape(str(path))}: ([\w.]+): ", line).group(1) for line in lines]
+    assert sorted(fields) == sorted(["seed", "rounds", "dataset.name", "topology.bandwidth_bps",
+                                     "engine.rund_period_s", "algorithm.fusion", "algorithm.extractoin",
+                                     "topology.file"])
+    assert any("unknown key" in line and "rund_period_s" in line for line in lines)
+
+
+def test_shipped_scenarios_validate(repo_root, capsys):
+    files = sorted(str(p) for p in (repo_root / "scenarios").glob("*.yaml") if p.name != "broken.yaml")
+    assert files
+    assert main(["validate", *files]) == 0
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    (problem,) = _problems(tmp_path, "rounds: 3\ndataset: [unclosed\n")
+    assert re.search(r"s\.yaml:\d+:\d+: invalid YAML", problem)
+
+
+def test_unknown_algorithm_lists_choices(tmp_path):
+    (problem,) = _problems(tmp_path, "algorithm:\n  name: fedmagic\n")
+    assert "algorithm.name" in problem and "fedsub" in problem and "gossip-avg" in problem
+
+
+def test_options_of_other_algorithm_are_errors(tmp_path):
+    (problem,) = _problems(tmp_path, "algorithm:\n  name: gossip-avg\n  fusion: overlap\n")
+    assert "algorithm.fusion: unknown key" in problem
+
+
+def test_overrides_and_seed(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("rounds: 3\n")
+    loaded = load_scenario(f, ["topology.kind=ring", "model.hidden=[8, 4]", "algorithm.fusion=cluster-avg"],
+                           seed=11)
+    sc = loaded.scenario
+    assert (sc.rounds, sc.seed, sc.topology.kind, sc.model.hidden) == (3, 11, "ring", [8, 4])
+    assert sc.algorithm.options == {"fusion": "cluster-avg"}
+    with pytest.raises(ScenarioError, match="topology.kindd: unknown key"):
+        load_scenario(f, ["topology.kindd=ring"])
+
+
+def test_missing_scenario_file_is_one_line(tmp_path):
+    with pytest.raises(ScenarioError, match="scenario file not found"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_embedded_default_is_the_quickstart(repo_root):
+    assert embedded_default_text() == (repo_root / "scenarios" / "quickstart.yaml").read_text()
+    assert load_scenario(None).scenario.name == "quickstart"
+
+
+def test_reference_documents_every_field(repo_root):
+    from p2pfed.algorithms import ALGORITHMS
+
+    doc = (repo_root / "scenarios" / "REFERENCE.md").read_text()
+
+    def fields(model, prefix=""):
+        for name, info in model.model_fields.items():
+            sub = info.annotation
+            if isinstance(sub, type) and hasattr(sub, "model_fields"):
+                yield from fields(sub, f"{prefix}{name}.")
+            else:
+                yield f"{prefix}{name}"
+
+    missing = [f for f in fields(Scenario) if f"`{f.split('.', 1)[-1]}`" not in doc]
+    for cls in ALGORITHMS.values():
+        missing += [f"algorithm.{f}" for f in cls.Options.model_fields if f"`{f}`" not in doc]
+    assert not missing, f"fields missing from scenarios/REFERENCE.md: {missing}"
