@@ -9,7 +9,7 @@ arrive. A new method is one file with one subclass registered by name.
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -50,6 +50,7 @@ class Received:
     received_at: float
     payload: Payload
     fresh: bool = True  # not yet used by a fusion
+    hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
 
     def age(self, now: float) -> float:
         return now - self.sent_at
@@ -96,7 +97,8 @@ class Algorithm(ABC):
     def __init__(self, ctx: DeviceContext, options: Options) -> None:
         self.ctx = ctx
         self.options = options
-        self.cache: dict[int, Received] = {}
+        # Newest payload per peer (methods that share in parts key it by (peer, part)).
+        self.cache: dict[Hashable, Received] = {}
 
     # -- hooks -------------------------------------------------------------------------------
     def train(self, round: int) -> None:
@@ -107,6 +109,12 @@ class Algorithm(ABC):
     def share(self, round: int) -> Payload | None:
         """The payload to send to the peers this round (None: nothing to send)."""
         return None
+
+    def share_parts(self, round: int) -> list[Payload]:
+        """The share split into separately useful messages (``meta['part']`` names each), so
+        that a short contact can still deliver the small ones; the default is ``[share()]``."""
+        payload = self.share(round)
+        return [] if payload is None else [payload]
 
     def check_payload(self, payload: Payload) -> None:
         """Raise ArtifactError if a peer's payload does not fit this device's model."""

@@ -11,6 +11,9 @@ default; Eq. 6-7 cluster average, Eq. 8 leadership), and only the fused paramete
 Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
 (neighbours, or carriers of them), so each device clusters its own view; all devices start from
 the same initial weights (a shared seed), as a server's first broadcast would give them.
+Under intermittent contacts the share splits into a tiny prototype part and a larger subnetwork
+part (``share_parts``): a peer known only by its prototypes still shapes the clustering, and
+only peers whose subnetworks arrived contribute parameters.
 On the wire a device sends the rows of the union of its class subnetworks once, plus one bit per
 unit and class (see ``encode_subnetworks``), instead of one masked copy of the model per class.
 """
@@ -59,10 +62,13 @@ class Artifacts:
     """One device's class-level artifacts, decoded into dense per-parameter form."""
 
     classes: list[int]
-    prototypes: np.ndarray              # (C, d)
+    prototypes: np.ndarray | None       # (C, d); None when only the subnetwork part arrived
     scores: list[float]
-    values: dict[str, torch.Tensor]     # dense parameters, zero outside the union of subnetworks
-    units: dict[int, UnitMasks]         # class -> unit mask per layer
+    values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
+    units: dict[int, UnitMasks] | None      # class -> unit mask per layer
+
+
+PARTS = ("whole", "prototypes", "subnetworks")
 
 
 def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -> dict[str, np.ndarray]:
@@ -113,7 +119,7 @@ class FedSub(Algorithm):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.own: Artifacts | None = None
-        self.peers: dict[int, Artifacts] = {}
+        self.parsed: dict[tuple[int, str], Artifacts] = {}   # same keys as ``cache``
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.last_k: dict[int, int] = {}
 
@@ -147,6 +153,14 @@ class FedSub(Algorithm):
                 "scores": self.own.scores}
         return Payload(meta=meta, tensors=tensors)
 
+    def share_parts(self, round: int) -> list[Payload]:
+        """Prototypes first (a few hundred bytes), then the subnetworks, as separate messages."""
+        whole = self.share(round)
+        protos = {"prototypes": whole.tensors["prototypes"]}
+        rest = {k: v for k, v in whole.tensors.items() if k != "prototypes"}
+        return [Payload({**whole.meta, "part": "prototypes"}, protos),
+                Payload({**whole.meta, "part": "subnetworks"}, rest)]
+
     def stats(self) -> dict:
         """The K that the DBI sweep chose per class at the last fusion (mean over devices)."""
         return {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
@@ -161,21 +175,46 @@ class FedSub(Algorithm):
         if (not isinstance(scores, list) or len(scores) != len(classes)
                 or not all(isinstance(s, (int, float)) and np.isfinite(s) and s >= 0 for s in scores)):
             raise ArtifactError("meta 'scores' must be one finite score >= 0 per class")
-        feat_dim = self.ctx.model.layers[-1].in_features
-        protos = expect_array(payload, "prototypes", (len(classes), feat_dim))
-        units, values = decode_subnetworks(self.ctx.model, classes, payload)
-        return Artifacts(classes=classes, prototypes=np.array(protos, dtype=np.float32),
-                         scores=[float(s) for s in scores], values=values, units=units)
+        part = payload.meta.get("part", "whole")
+        if part not in PARTS:
+            raise ArtifactError(f"meta 'part' must be one of {', '.join(PARTS)}, got {part!r}")
+        protos = units = values = None
+        if part != "subnetworks":
+            feat_dim = self.ctx.model.layers[-1].in_features
+            protos = np.array(expect_array(payload, "prototypes", (len(classes), feat_dim)), dtype=np.float32)
+        if part != "prototypes":
+            units, values = decode_subnetworks(self.ctx.model, classes, payload)
+        return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
+                         values=values, units=units)
 
     def check_payload(self, payload: Payload) -> None:
         self._parse(payload)
 
     def receive(self, item: Received) -> None:
+        """Keep the newest artifacts per (peer, part)."""
         parsed = self._parse(item.payload)
-        old = self.cache.get(item.sender)
+        key = (item.sender, item.payload.meta.get("part", "whole"))
+        old = self.cache.get(key)
         if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
-            self.cache[item.sender] = item
-            self.peers[item.sender] = parsed
+            self.cache[key] = item
+            self.parsed[key] = parsed
+
+    def _peer_artifacts(self) -> dict[int, Artifacts]:
+        """Per peer: the newest prototypes and the newest subnetworks, from whichever parts hold them."""
+        newest: dict[tuple[int, str], tuple[tuple, Artifacts]] = {}
+        for (sender, part), art in self.parsed.items():
+            item = self.cache[sender, part]
+            for field, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
+                old = newest.get((sender, field))
+                if present and (old is None or (item.round, item.sent_at) > old[0]):
+                    newest[sender, field] = ((item.round, item.sent_at), art)
+        peers = {}
+        for (sender, field), (_, art) in newest.items():
+            if field == "prototypes":
+                sub = newest.get((sender, "values"))
+                peers[sender] = Artifacts(art.classes, art.prototypes, art.scores,
+                                          sub[1].values if sub else None, sub[1].units if sub else None)
+        return peers
 
     # -- the server's part, on the device (Alg. 2) -----------------------------------------
     def _fusable(self, units: UnitMasks) -> UnitMasks:
@@ -185,23 +224,25 @@ class FedSub(Algorithm):
 
     def fuse(self, round: int, now: float) -> None:
         self.drop_stale(now, self.options.cache_max_age_s)
-        for sender in [s for s in self.peers if s not in self.cache]:
-            del self.peers[sender]
-        if self.own is None or not self.peers:
+        for key in [k for k in self.parsed if k not in self.cache]:
+            del self.parsed[key]
+        peers = self._peer_artifacts()
+        if self.own is None or not peers:
             return
         me = self.ctx.device_id
         fuse_fn = FUSIONS[self.options.fusion]
         model = self.ctx.model
         updates = []
         for j, c in enumerate(self.own.classes):
-            members = sorted([(me, self.own)] + [(s, a) for s, a in self.peers.items() if c in a.classes],
+            members = sorted([(me, self.own)] + [(s, a) for s, a in peers.items() if c in a.classes],
                              key=lambda m: m[0])
             points = np.stack([a.prototypes[a.classes.index(c)] for _, a in members])
             clustering = self.clusterings.cluster(points, k_max=self.options.max_k,
                                                   n_init=self.options.kmeans_n_init)
             self.last_k[c] = clustering.k
             my_label = clustering.labels[[s for s, _ in members].index(me)]
-            mates = [a for (s, a), lab in zip(members, clustering.labels) if lab == my_label]
+            mates = [a for (s, a), lab in zip(members, clustering.labels)
+                     if lab == my_label and a.values is not None and c in a.units]
             values = [a.values for a in mates]
             masks = [parameter_masks(model, self._fusable(a.units[c])) for a in mates]
             scores = [a.scores[a.classes.index(c)] for a in mates]

@@ -1,4 +1,8 @@
-"""Run one scenario in the simulator and produce its results (the ``p2pfed run`` job)."""
+"""Run one scenario in the simulator and produce its results (the ``p2pfed run`` job).
+
+Without a ``contacts`` section (``contacts.kind: none``) devices run synchronous rounds over the
+static ``topology`` graph; any other contact kind runs the opportunistic runtime.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from p2pfed.algorithms import Algorithm
 from p2pfed.algorithms.model_payload import model_payload
+from p2pfed.engine.churn import churn_intervals
+from p2pfed.engine.contacts import build_contact_plan
+from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.engine.topology import build_topology
 from p2pfed.results.files import write_run
@@ -37,11 +45,30 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
     dataset = load_scenario_dataset(loaded)
     n = len(dataset.devices)
     topo = sc.topology
-    graph = build_topology(topo.kind, n, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
-                           file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
-                           latency_s=topo.latency_s)
+    graph = None
+    if sc.contacts.kind in ("none", "static"):
+        graph = build_topology(topo.kind, n, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
+                               file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
+                               latency_s=topo.latency_s)
     algorithms = build_algorithms(loaded, dataset)
     recorder = Recorder(n)
+    rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1])
+    if sc.contacts.kind == "none":
+        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, rng, progress)
+    else:
+        sim_time, extra = _run_contacts(loaded, algorithms, graph, recorder, rng, progress)
+    summary = build_summary(loaded, recorder, algorithms, devices=n, sim_time_s=sim_time,
+                            wall_time_s=time.perf_counter() - wall_start,
+                            full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
+    if out_dir is not None:
+        write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices])
+    return summary
+
+
+def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
+                rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any]]:
+    sc = loaded.scenario
+    n = len(algorithms)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
                              participation=sc.engine.participation, eval_every=sc.evaluation.every)
     bar = tqdm(total=sc.rounds, desc=f"{sc.algorithm.name}", unit="round", disable=not progress,
@@ -52,18 +79,50 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
         if recorder.rows:
             bar.set_postfix(f1=f"{recorder.rows[-1]['f1_macro_mean']:.3f}")
 
-    sim = Simulation(algorithms, graph, schedule, recorder,
-                     np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1]),
+    sim = Simulation(algorithms, graph, schedule, recorder, rng,
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round)
     try:
         sim_time = sim.run()
     finally:
         bar.close()
-    summary = build_summary(loaded, recorder, algorithms, devices=n, sim_time_s=sim_time,
-                            wall_time_s=time.perf_counter() - wall_start,
-                            full_model_bytes=full_model_bytes(algorithms[0].ctx.model),
-                            topology={"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
-                                      "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))})
-    if out_dir is not None:
-        write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices])
-    return summary
+    return sim_time, {"topology": {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
+                                   "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))}}
+
+
+def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
+                  rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any]]:
+    sc = loaded.scenario
+    n = len(algorithms)
+    c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
+    plan, duration = build_contact_plan(c, n, seed=sc.seed, graph=graph, file=loaded.resolve(c.file))
+    schedule = AsyncSchedule(duration_s=duration, train_period_s=a.train_period_s,
+                             train_jitter_s=a.train_jitter_s,
+                             eval_every_s=sc.evaluation.every_s or duration / 20,
+                             send_policy=a.send_policy, max_age_s=a.max_age_s, loss_rate=c.loss_rate)
+    forwarding = Forwarding(hop_limit=fw.hop_limit if fw.enabled else 1, parts=tuple(fw.parts),
+                            buffer_items=fw.buffer_items)
+    offline = []
+    if churn.mean_online_s is not None:
+        churn_rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 0xC4C4]))
+        offline = churn_intervals(n, duration, churn.mean_online_s, churn.mean_offline_s, churn_rng)
+    bar = tqdm(total=round(duration), desc=f"{sc.algorithm.name}", unit="sim s", disable=not progress,
+               leave=False)
+
+    def on_time(now: float) -> None:
+        bar.update(round(now) - bar.n)
+        if recorder.rows:
+            bar.set_postfix(f1=f"{recorder.rows[-1]['f1_macro_mean']:.3f}")
+
+    sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, rng,
+                                  max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
+                                  offline=offline, on_time=on_time)
+    try:
+        sim_time = sim.run()
+    finally:
+        bar.close()
+    stats = sim.stats()
+    return sim_time, {
+        "rounds": stats["trainings_per_device"],
+        "contacts": {"kind": c.kind, **{k: round_float(v, 4) for k, v in plan.stats(duration).items()}},
+        "asynchronous": {k: None if v is None else round_float(v, 4) for k, v in stats.items()},
+    }

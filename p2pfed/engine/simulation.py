@@ -16,12 +16,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 import simpy
-import zmq
 
-from p2pfed.algorithms.base import Algorithm, ArtifactError, Payload, Received
+from p2pfed.algorithms.base import Algorithm, Payload
+from p2pfed.engine.delivery import Delivery, encode_share
 from p2pfed.results.recorder import Recorder
-from p2pfed.transport import (CodecError, Mailbox, Message, Outbox, decode, encode, inproc_endpoint,
-                              new_namespace)
 
 log = logging.getLogger("p2pfed.engine")
 
@@ -35,29 +33,6 @@ class RoundSchedule:
 
     def evaluates(self, r: int) -> bool:
         return (r + 1) % self.eval_every == 0 or r == self.rounds - 1
-
-
-class InprocNetwork:
-    """One ZeroMQ inproc mailbox per device, and one outbox that reaches them all."""
-
-    def __init__(self, num_devices: int, max_message_bytes: int) -> None:
-        self.context = zmq.Context.instance()
-        namespace = new_namespace()
-        self.endpoints = [inproc_endpoint(namespace, i) for i in range(num_devices)]
-        self.mailboxes = [Mailbox(self.context, ep, max_bytes=max_message_bytes) for ep in self.endpoints]
-        self.outbox = Outbox(self.context)
-
-    def carry(self, dst: int, data: bytes) -> bytes | None:
-        """Push bytes through the sockets to ``dst`` and return what its mailbox received."""
-        # One thread drives every socket here: waiting on a full queue could never end well.
-        if not self.outbox.send(self.endpoints[dst], data, timeout_ms=0):
-            return None
-        return self.mailboxes[dst].receive(timeout_ms=100)
-
-    def close(self) -> None:
-        self.outbox.close()
-        for m in self.mailboxes:
-            m.close()
 
 
 class Simulation:
@@ -74,7 +49,7 @@ class Simulation:
         self.rng = rng
         self.max_message_bytes = max_message_bytes
         self.on_round = on_round
-        self.network = InprocNetwork(len(algorithms), max_message_bytes)
+        self.delivery = Delivery(algorithms, recorder, max_message_bytes)
         # One FIFO per direction of each edge: transfers on a link queue behind each other.
         self.links = {(a, b): simpy.Resource(self.env, capacity=1)
                       for u, v in graph.edges for a, b in ((u, v), (v, u))}
@@ -98,11 +73,10 @@ class Simulation:
                 self.on_round(r, float(self.env.now))
 
     def _broadcast(self, src: int, r: int, kind: str, payload: Payload) -> None:
-        msg = Message(kind=kind, sender=src, round=r, sent_at=float(self.env.now),
-                      meta=payload.meta, tensors=payload.tensors)
-        data = encode(msg, max_bytes=self.max_message_bytes)
+        data = encode_share(kind, src, r, float(self.env.now), payload, self.max_message_bytes)
         for dst in sorted(self.graph.neighbors(src)):
             self.recorder.sent(src, len(data))
+            self.recorder.transfer_started(src)
             self.env.process(self._transfer(src, dst, data))
 
     def _transfer(self, src: int, dst: int, data: bytes):
@@ -110,28 +84,9 @@ class Simulation:
         with self.links[src, dst].request() as slot:
             yield slot
             yield self.env.timeout(8.0 * len(data) / edge["bandwidth_bps"])
+        self.recorder.transfer_completed(src)
         yield self.env.timeout(edge["latency_s"])
-        self._deliver(src, dst, data)
-
-    def _deliver(self, src: int, dst: int, data: bytes) -> None:
-        raw = self.network.carry(dst, data)
-        if raw is None:
-            self.recorder.dropped(src, dst, "transport", "mailbox did not receive the frame")
-            return
-        try:
-            msg = decode(raw, max_bytes=self.max_message_bytes)
-            if msg.sender != src:
-                raise ArtifactError(f"claims to be from peer {msg.sender}")
-            self.algorithms[dst].receive(Received(sender=msg.sender, round=msg.round, sent_at=msg.sent_at,
-                                                  received_at=float(self.env.now),
-                                                  payload=Payload(dict(msg.meta), dict(msg.tensors))))
-        except CodecError as exc:
-            self.recorder.dropped(src, dst, f"codec:{exc.reason}", str(exc))
-            return
-        except ArtifactError as exc:
-            self.recorder.dropped(src, dst, "artifact", str(exc))
-            return
-        self.recorder.delivered(dst, len(raw))
+        self.delivery.deliver(src, dst, data, float(self.env.now))
 
     def _collect(self, r: int, i: int, evaluation) -> None:
         evals = self._evaluations.setdefault(r, [None] * len(self.algorithms))
@@ -150,5 +105,5 @@ class Simulation:
                 self.env.process(self._device(i, active))
             self.env.run()
         finally:
-            self.network.close()
+            self.delivery.close()
         return float(self.env.now)

@@ -12,7 +12,8 @@ from p2pfed.results.recorder import Recorder, round_float
 ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_mean",
                  "accuracy_mean", "bytes_sent_total", "messages_sent", "messages_dropped"]
 DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "bytes_sent", "bytes_received",
-                  "messages_sent", "messages_received", "messages_dropped"]
+                  "messages_sent", "messages_received", "messages_dropped", "transfers_started",
+                  "transfers_completed", "transfers_aborted", "bytes_wasted"]
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:

@@ -24,6 +24,10 @@ class DeviceCounters:
     messages_sent: int = 0
     messages_received: int = 0
     messages_dropped: int = 0
+    transfers_started: int = 0
+    transfers_completed: int = 0
+    transfers_aborted: int = 0
+    bytes_wasted: int = 0
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Recorder:
     devices: list[DeviceCounters] = field(init=False)
     drop_reasons: Counter = field(default_factory=Counter)
     last_evaluations: list[Evaluation] = field(default_factory=list)
+    fused_ages: list[float] = field(default_factory=list)   # age of every artifact a fusion used
 
     def __post_init__(self) -> None:
         self.devices = [DeviceCounters() for _ in range(self.num_devices)]
@@ -53,6 +58,33 @@ class Recorder:
         self.devices[dst].messages_dropped += 1
         self.drop_reasons[reason] += 1
         log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
+
+    def transfer_started(self, src: int) -> None:
+        """``src`` began putting a message on a link."""
+        self.devices[src].transfers_started += 1
+
+    def transfer_completed(self, src: int) -> None:
+        """The last byte of a message left ``src`` (it may still be lost or rejected)."""
+        self.devices[src].transfers_completed += 1
+
+    def transfer_aborted(self, src: int, dst: int, nbytes_on_air: int, reason: str) -> None:
+        """A transfer cut short (contact ended, a device went offline): its bytes were wasted."""
+        d = self.devices[src]
+        d.transfers_aborted += 1
+        d.bytes_wasted += nbytes_on_air
+        log.info("aborted transfer from peer %d to peer %d after %d bytes: %s", src, dst, nbytes_on_air, reason)
+
+    def lost(self, src: int, dst: int, nbytes: int) -> None:
+        """A fully sent message the link lost: dropped, and its bytes wasted."""
+        self.devices[src].bytes_wasted += nbytes
+        self.dropped(src, dst, "loss", "lost on the link")
+
+    def fused(self, ages: list[float]) -> None:
+        """A fusion used artifacts of these ages (seconds since their owner made them)."""
+        self.fused_ages.extend(ages)
+
+    def total(self, counter: str) -> int:
+        return sum(getattr(d, counter) for d in self.devices)
 
     @property
     def bytes_sent_total(self) -> int:

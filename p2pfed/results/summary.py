@@ -10,11 +10,13 @@ from p2pfed.scenario.loader import LoadedScenario, dump
 
 def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, *, devices: int,
                   sim_time_s: float, wall_time_s: float, full_model_bytes: int,
-                  **extra: Any) -> dict[str, Any]:
+                  rounds: float | None = None, **extra: Any) -> dict[str, Any]:
+    """``rounds``: rounds per device if not the scenario's (asynchronous runs count trainings)."""
     sc = loaded.scenario
+    rounds = sc.rounds if rounds is None else rounds
     final = recorder.rows[-1] if recorder.rows else {}
     bytes_total = recorder.bytes_sent_total
-    per_device_round = bytes_total / max(devices * sc.rounds, 1)
+    per_device_round = bytes_total / max(devices * rounds, 1)
     stats: dict[str, Any] = {}
     for algo in algorithms:
         for key, value in algo.stats().items():
@@ -25,7 +27,7 @@ def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, 
         "scenario_file": loaded.source,
         "seed": sc.seed,
         "devices": devices,
-        "rounds": sc.rounds,
+        "rounds": rounds if isinstance(rounds, int) else round_float(rounds, 2),
         "wall_time_s": round_float(wall_time_s, 3),
         "sim_time_s": round_float(sim_time_s),
         "final": {k: final.get(k) for k in ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean")},
@@ -40,6 +42,12 @@ def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, 
             "messages_sent": recorder.messages_sent,
             "messages_dropped": recorder.messages_dropped,
             "drop_reasons": dict(recorder.drop_reasons),
+            "transfers_started": recorder.total("transfers_started"),
+            "transfers_completed": recorder.total("transfers_completed"),
+            "transfers_aborted": recorder.total("transfers_aborted"),
+            "bytes_wasted": recorder.total("bytes_wasted"),
+            "delivery_ratio": round_float(recorder.total("messages_received")
+                                          / max(recorder.total("transfers_started"), 1), 4),
         },
         "algorithm_stats": {k: _mean_of(v) for k, v in stats.items()},
         **extra,

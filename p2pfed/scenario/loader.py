@@ -1,6 +1,6 @@
 """Reading, overriding and validating scenario files, with one clear line per problem.
 
-Relative paths inside a scenario (``dataset.path``, ``topology.file``) are resolved against the
+Relative paths inside a scenario (``dataset.path``, ``topology.file``, ``contacts.file``) are resolved against the
 scenario file's own folder, so a scenario runs the same from any working directory.
 """
 
@@ -147,7 +147,7 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     return scenario
 
 
-FILE_FIELDS = (("dataset", "path"), ("topology", "file"))
+FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"))
 
 
 def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str]:

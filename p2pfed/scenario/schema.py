@@ -96,6 +96,77 @@ class EngineSection(Section):
 
 class EvaluationSection(Section):
     every: int = Field(1, ge=1)
+    every_s: float | None = Field(None, gt=0)
+
+
+class ContactsSection(Section):
+    """Time-varying contacts; ``none`` keeps synchronous rounds over ``topology``."""
+
+    kind: Literal["none", "static", "random-waypoint", "poisson", "trace"] = "none"
+    duration_s: float | None = Field(None, gt=0)
+    bandwidth_bps: float = Field(1e6, gt=0)
+    latency_s: float = Field(0.05, ge=0)
+    loss_rate: float = Field(0.0, ge=0, lt=1)
+    area_m: list[float] = Field(default_factory=lambda: [1000.0, 1000.0], min_length=2, max_length=2)
+    speed_mps: list[float] = Field(default_factory=lambda: [0.5, 1.5], min_length=2, max_length=2)
+    pause_s: list[float] = Field(default_factory=lambda: [0.0, 120.0], min_length=2, max_length=2)
+    range_m: float = Field(50.0, ge=0)
+    step_s: float = Field(1.0, gt=0)
+    mean_intercontact_s: float = Field(1800.0, gt=0)
+    mean_duration_s: float = Field(60.0, gt=0)
+    intercontact: Literal["exponential", "power-law"] = "exponential"
+    power_law_alpha: float = Field(1.5, gt=1)
+    file: str | None = None
+    format: Literal["one", "interval", "sociopatterns"] | None = None
+    window_s: float = Field(20.0, gt=0)
+    start_s: float | None = Field(None, ge=0)
+    nodes: Literal["sorted", "most-active"] | list[int | str] = "sorted"
+    allow_node_mismatch: bool = False
+
+    @model_validator(mode="after")
+    def _trace_needs_file(self) -> ContactsSection:
+        if self.kind == "trace" and (self.file is None or self.format is None):
+            raise ValueError("contacts.file and contacts.format are required when contacts.kind is 'trace'")
+        if any(x <= 0 for x in self.area_m):
+            raise ValueError(f"contacts.area_m sides must be positive, got {self.area_m}")
+        return self
+
+
+class AsynchronousSection(Section):
+    """How devices learn when there are no global rounds (any ``contacts.kind`` but ``none``)."""
+
+    train_period_s: float = Field(300.0, gt=0)
+    train_jitter_s: float = Field(0.0, ge=0)
+    send_policy: Literal["smallest-first", "largest-first", "whole"] = "smallest-first"
+    max_age_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _jitter_below_period(self) -> AsynchronousSection:
+        if self.train_jitter_s >= self.train_period_s:
+            raise ValueError("asynchronous.train_jitter_s must be below asynchronous.train_period_s")
+        return self
+
+
+class ForwardingSection(Section):
+    """Store-carry-forward: devices carry peers' artifacts to devices they meet later."""
+
+    enabled: bool = False
+    parts: list[str] = Field(default_factory=lambda: ["prototypes"], min_length=1)
+    hop_limit: int = Field(3, ge=2)
+    buffer_items: int = Field(64, ge=1)
+
+
+class ChurnSection(Section):
+    """Devices go offline and come back; exponential on/off durations (off when both unset)."""
+
+    mean_online_s: float | None = Field(None, gt=0)
+    mean_offline_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ChurnSection:
+        if (self.mean_online_s is None) != (self.mean_offline_s is None):
+            raise ValueError("churn.mean_online_s and churn.mean_offline_s go together")
+        return self
 
 
 class Scenario(Section):
@@ -110,3 +181,7 @@ class Scenario(Section):
     topology: TopologySection = TopologySection()
     engine: EngineSection = EngineSection()
     evaluation: EvaluationSection = EvaluationSection()
+    contacts: ContactsSection = ContactsSection()
+    asynchronous: AsynchronousSection = AsynchronousSection()
+    forwarding: ForwardingSection = ForwardingSection()
+    churn: ChurnSection = ChurnSection()

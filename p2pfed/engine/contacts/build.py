@@ -1,0 +1,55 @@
+"""A scenario's ``contacts`` section → a ``ContactPlan`` and the simulated horizon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from p2pfed.engine.contacts.mobility import random_waypoint_contacts
+from p2pfed.engine.contacts.plan import ContactError, ContactPlan, make_contact, static_contacts
+from p2pfed.engine.contacts.poisson import poisson_contacts
+from p2pfed.engine.contacts.traces import map_nodes, read_trace
+
+DEFAULT_DURATION_S = 3600.0
+
+
+def build_contact_plan(section, num_devices: int, *, seed: int, graph: nx.Graph | None = None,
+                       file: Path | None = None) -> tuple[ContactPlan, float]:
+    """Build the contacts the section asks for; returns the plan and the run's duration in seconds."""
+    s = section
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC0417AC7]))
+    duration = s.duration_s
+    if s.kind == "static":
+        if graph is None:
+            raise ContactError("contacts.kind 'static' needs the topology graph")
+        return ContactPlan(num_devices, static_contacts(graph)), duration or DEFAULT_DURATION_S
+    if s.kind == "random-waypoint":
+        duration = duration or DEFAULT_DURATION_S
+        contacts = random_waypoint_contacts(num_devices, duration, area_m=tuple(s.area_m),
+                                            speed_mps=tuple(s.speed_mps), pause_s=tuple(s.pause_s),
+                                            range_m=s.range_m, step_s=s.step_s,
+                                            bandwidth_bps=s.bandwidth_bps, latency_s=s.latency_s, rng=rng)
+        return ContactPlan(num_devices, contacts), duration
+    if s.kind == "poisson":
+        duration = duration or DEFAULT_DURATION_S
+        contacts = poisson_contacts(num_devices, duration, mean_intercontact_s=s.mean_intercontact_s,
+                                    mean_duration_s=s.mean_duration_s, intercontact=s.intercontact,
+                                    alpha=s.power_law_alpha, bandwidth_bps=s.bandwidth_bps,
+                                    latency_s=s.latency_s, rng=rng)
+        return ContactPlan(num_devices, contacts), duration
+    if s.kind == "trace":
+        if file is None or s.format is None:
+            raise ContactError("contacts.file and contacts.format are required when contacts.kind is 'trace'")
+        raw = read_trace(file, s.format, window_s=s.window_s)
+        if not raw:
+            raise ContactError(f"{file}: the trace holds no contacts")
+        ids = map_nodes(raw, num_devices, s.nodes, allow_mismatch=s.allow_node_mismatch, source=str(file))
+        t0 = min(c.start for c in raw) if s.start_s is None else s.start_s
+        horizon = duration or (max(c.end for c in raw) - t0)
+        contacts = [make_contact(ids[c.a], ids[c.b], max(c.start - t0, 0.0), min(c.end - t0, horizon),
+                                 s.bandwidth_bps, s.latency_s)
+                    for c in raw if c.a in ids and c.b in ids and c.end - t0 > 0 and c.start - t0 < horizon]
+        return ContactPlan(num_devices, contacts), horizon
+    raise ContactError(f"contacts.kind {s.kind!r} has no contact source")

@@ -1,0 +1,287 @@
+"""The opportunistic runtime: no rounds, devices learn on their own clocks and talk only in contact.
+
+Each device is a SimPy process that trains every ``train_period_s`` (± jitter), fusing first if
+its cache holds artifacts it has not used. Its share is split into parts (``share_parts``) so a
+short contact can still deliver the small ones. When a contact starts, each direction runs one
+transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
+contact end (or either device going offline) interrupts is aborted and its bytes on air are
+wasted. Nothing partial ever reaches an algorithm. Before each transfer the devices compare
+summary vectors (what each holds, as in epidemic routing; Vahdat & Becker 2000), so nothing a
+peer already has is sent again; the summary vectors' own bytes are not modelled.
+
+With forwarding on, a device also keeps the parts named in ``forwarding.parts`` that it received
+(the prototypes, by default) and passes them on to devices it meets later, up to ``hop_limit``
+links from their owner and ``buffer_items`` carried items (the oldest are evicted first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from p2pfed.algorithms.base import Algorithm, Payload, Received
+from p2pfed.engine.contacts import Contact, ContactPlan
+from p2pfed.engine.delivery import Delivery, encode_share
+from p2pfed.results.recorder import Recorder
+
+SEND_POLICIES = ("smallest-first", "largest-first", "whole")
+
+
+@dataclass(frozen=True)
+class AsyncSchedule:
+    duration_s: float
+    train_period_s: float
+    eval_every_s: float
+    train_jitter_s: float = 0.0
+    send_policy: str = "smallest-first"
+    max_age_s: float | None = None     # TTL of cached and carried artifacts
+    loss_rate: float = 0.0             # chance that a fully sent message is lost
+
+
+@dataclass(frozen=True)
+class Forwarding:
+    hop_limit: int = 1                 # 1: no store-carry-forward
+    parts: tuple[str, ...] = ("prototypes",)
+    buffer_items: int = 64
+
+
+@dataclass
+class Offer:
+    """One message a device can send in a contact: its own part or a carried one."""
+
+    origin: int
+    part: str
+    round: int
+    sent_at: float
+    data: bytes
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.origin, self.part
+
+    @property
+    def version(self) -> tuple[int, float]:
+        return self.round, self.sent_at
+
+
+@dataclass
+class Carried:
+    item: Received
+    part: str
+    data: bytes | None = None          # encoded lazily, once per carrier
+
+
+@dataclass
+class DeviceState:
+    online: bool = True
+    own: list[Offer] = field(default_factory=list)
+    carried: dict[tuple[int, str], Carried] = field(default_factory=dict)
+    have: dict[tuple[int, str], tuple[int, float]] = field(default_factory=dict)
+    trainings: int = 0
+    fusions: int = 0
+    offline_s: float = 0.0
+
+
+class OpportunisticSimulation:
+    """Asynchronous learning over a contact plan, with optional forwarding, loss and churn."""
+
+    def __init__(self, algorithms: list[Algorithm], plan: ContactPlan, schedule: AsyncSchedule,
+                 recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
+                 forwarding: Forwarding = Forwarding(), offline: list[tuple[int, float, float]] = (),
+                 on_time: Callable[[float], None] | None = None) -> None:
+        if schedule.send_policy not in SEND_POLICIES:
+            raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
+        self.env = simpy.Environment()
+        self.algorithms = algorithms
+        self.plan = plan
+        self.schedule = schedule
+        self.recorder = recorder
+        self.rng = rng
+        self.max_message_bytes = max_message_bytes
+        self.forwarding = forwarding
+        self.offline = sorted(offline, key=lambda x: (x[1], x[0]))
+        self.on_time = on_time
+        self.delivery = Delivery(algorithms, recorder, max_message_bytes, hop_limit=forwarding.hop_limit)
+        n = len(algorithms)
+        self.state = [DeviceState() for _ in range(n)]
+        # Pulses wake waiting transfers: a device has something new to offer / went on or offline.
+        self.news = [self.env.event() for _ in range(n)]
+        self.switched = [self.env.event() for _ in range(n)]
+        self.went_offline = [self.env.event() for _ in range(n)]
+
+    def _pulse(self, events: list[simpy.Event], i: int) -> None:
+        ev, events[i] = events[i], self.env.event()
+        ev.succeed()
+
+    # -- learning on each device's own clock -------------------------------------------------
+    def _device(self, i: int):
+        sch = self.schedule
+        yield self.env.timeout(float(self.rng.uniform(0, sch.train_period_s)))
+        while self.env.now < sch.duration_s:
+            if self.state[i].online:
+                self._step(i)
+            jitter = float(self.rng.uniform(-sch.train_jitter_s, sch.train_jitter_s))
+            yield self.env.timeout(sch.train_period_s + jitter)
+
+    def _step(self, i: int) -> None:
+        algo, st, now = self.algorithms[i], self.state[i], float(self.env.now)
+        algo.drop_stale(now, self.schedule.max_age_s)
+        fresh = [r for r in algo.cache.values() if r.fresh]
+        if fresh:
+            algo.fuse(st.trainings, now)
+            used = [r.age(now) for r in fresh if not r.fresh]
+            if used:
+                st.fusions += 1
+                self.recorder.fused(used)
+        algo.train(st.trainings)
+        parts = ([algo.share(st.trainings)] if self.schedule.send_policy == "whole"
+                 else algo.share_parts(st.trainings))
+        st.own = [Offer(i, p.meta.get("part", "whole"), st.trainings, now,
+                        encode_share(algo.message_kind, i, st.trainings, now, p, self.max_message_bytes))
+                  for p in parts if p is not None]
+        st.trainings += 1
+        self._pulse(self.news, i)
+
+    def _evaluator(self):
+        every, end = self.schedule.eval_every_s, self.schedule.duration_s
+        index, t = 0, every
+        while True:
+            t = min(t, end)
+            yield self.env.timeout(t - self.env.now)
+            index += 1
+            self.recorder.evaluation(index, float(self.env.now), [a.evaluate() for a in self.algorithms])
+            if self.on_time is not None:
+                self.on_time(float(self.env.now))
+            if t >= end:
+                return
+            t += every
+
+    # -- churn -------------------------------------------------------------------------------
+    def _churn(self, i: int, spans: list[tuple[float, float]]):
+        for off_from, off_until in spans:
+            yield self.env.timeout(max(off_from - self.env.now, 0.0))
+            self.state[i].online = False
+            self._pulse(self.went_offline, i)
+            self._pulse(self.switched, i)
+            yield self.env.timeout(max(off_until - self.env.now, 0.0))
+            self.state[i].online = True
+            self.state[i].offline_s += off_until - off_from
+            self._pulse(self.switched, i)
+
+    # -- contacts and transfers --------------------------------------------------------------
+    def _contacts(self):
+        for c in self.plan.contacts:
+            if c.start >= self.schedule.duration_s:
+                return
+            yield self.env.timeout(c.start - self.env.now)
+            end = self.env.timeout(min(c.end, self.schedule.duration_s) - self.env.now)
+            self.env.process(self._session(c.a, c.b, c, end))
+            self.env.process(self._session(c.b, c.a, c, end))
+
+    def _offers(self, src: int, dst: int) -> list[Offer]:
+        """What ``src`` can give ``dst`` now, in send-policy order."""
+        st, have, now = self.state[src], self.state[dst].have, float(self.env.now)
+        ttl = self.schedule.max_age_s
+        offers = list(st.own) + [self._carried_offer(src, c) for c in self._live_carried(src)]
+        offers = [o for o in offers if o.origin != dst and have.get(o.key, (-1, -1.0)) < o.version
+                  and (ttl is None or now - o.sent_at <= ttl)]
+        sign = -1 if self.schedule.send_policy == "largest-first" else 1
+        return sorted(offers, key=lambda o: (sign * len(o.data), o.origin != src, o.origin, o.part))
+
+    def _live_carried(self, src: int) -> list[Carried]:
+        """Carried items, after dropping those past the TTL (they free buffer room)."""
+        carried, ttl, now = self.state[src].carried, self.schedule.max_age_s, float(self.env.now)
+        if ttl is not None:
+            for key in [k for k, c in carried.items() if now - c.item.sent_at > ttl]:
+                del carried[key]
+        return list(carried.values())
+
+    def _carried_offer(self, src: int, c: Carried) -> Offer:
+        if c.data is None:
+            c.data = encode_share(self.algorithms[src].message_kind, src, c.item.round, c.item.sent_at,
+                                  c.item.payload, self.max_message_bytes,
+                                  relay={"origin": c.item.sender, "hops": c.item.hops + 1})
+        return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.data)
+
+    def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event):
+        """One direction of one contact: transfers one after the other until the contact ends."""
+        while not end.processed:
+            if not (self.state[src].online and self.state[dst].online):
+                yield end | self.switched[src] | self.switched[dst]
+                continue
+            offers = self._offers(src, dst)
+            if not offers:
+                yield end | self.news[src] | self.switched[src] | self.switched[dst]
+                continue
+            yield from self._transfer(src, dst, offers[0], contact, end)
+
+    def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact, end: simpy.Event):
+        size = len(offer.data)
+        needed = 8.0 * size / contact.bandwidth_bps + contact.latency_s
+        started = float(self.env.now)
+        self.recorder.transfer_started(src)
+        done = self.env.timeout(needed)
+        yield done | end | self.went_offline[src] | self.went_offline[dst]
+        elapsed = float(self.env.now) - started
+        if not done.processed and elapsed < needed:
+            on_air = min(size, int(contact.bandwidth_bps * elapsed / 8.0))
+            reason = "contact ended" if end.processed else "device offline"
+            self.recorder.transfer_aborted(src, dst, on_air, reason)
+            return
+        self.recorder.sent(src, size)
+        self.recorder.transfer_completed(src)
+        self.state[dst].have[offer.key] = offer.version   # even if lost or refused: not offered again
+        if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
+            self.recorder.lost(src, dst, size)
+            return
+        item = self.delivery.deliver(src, dst, offer.data, float(self.env.now))
+        if item is not None:
+            self._carry(dst, item)
+
+    def _carry(self, i: int, item: Received) -> None:
+        """Keep a received part to pass on, if forwarding covers it and hops are left."""
+        part = item.payload.meta.get("part", "whole")
+        fw = self.forwarding
+        if fw.hop_limit <= item.hops or part not in fw.parts:
+            return
+        carried = self.state[i].carried
+        old = carried.get((item.sender, part))
+        if old is not None and (old.item.round, old.item.sent_at) >= (item.round, item.sent_at):
+            return
+        carried[item.sender, part] = Carried(item, part)
+        while len(carried) > fw.buffer_items:
+            oldest = min(carried, key=lambda k: (carried[k].item.sent_at, k))
+            del carried[oldest]
+        self._pulse(self.news, i)
+
+    # -- driver ----------------------------------------------------------------------------
+    def run(self) -> float:
+        """Run until ``duration_s``; returns the simulated time at the end."""
+        n = len(self.algorithms)
+        spans: dict[int, list[tuple[float, float]]] = {}
+        for i, off_from, off_until in self.offline:
+            spans.setdefault(i, []).append((off_from, off_until))
+        try:
+            for i in range(n):
+                self.env.process(self._device(i))
+            for i, s in spans.items():
+                self.env.process(self._churn(i, s))
+            self.env.process(self._contacts())
+            self.env.run(until=self.env.process(self._evaluator()))
+        finally:
+            self.delivery.close()
+        return float(self.env.now)
+
+    def stats(self) -> dict[str, float | None]:
+        """Per-device means worth reporting next to the communication counters."""
+        n = max(len(self.state), 1)
+        ages = self.recorder.fused_ages
+        return {
+            "trainings_per_device": sum(s.trainings for s in self.state) / n,
+            "fusions_per_device": sum(s.fusions for s in self.state) / n,
+            "mean_fused_age_s": float(np.mean(ages)) if ages else None,
+            "offline_fraction": sum(s.offline_s for s in self.state) / n / max(self.schedule.duration_s, 1e-12),
+        }
