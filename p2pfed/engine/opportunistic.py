@@ -91,7 +91,10 @@ class OpportunisticSimulation:
     def __init__(self, algorithms: list[Algorithm], plan: ContactPlan, schedule: AsyncSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  forwarding: Forwarding = Forwarding(), offline: list[tuple[int, float, float]] = (),
+                 first_training_s: list[float] | None = None,
                  on_time: Callable[[float], None] | None = None) -> None:
+        """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
+        trains (default: a uniform random phase within one period, so clocks are not aligned)."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
         self.env = simpy.Environment()
@@ -104,6 +107,8 @@ class OpportunisticSimulation:
         self.forwarding = forwarding
         self.offline = sorted(offline, key=lambda x: (x[1], x[0]))
         self.on_time = on_time
+        self.first_training_s = (list(first_training_s) if first_training_s is not None else
+                                 list(rng.uniform(0, schedule.train_period_s, len(algorithms))))
         self.delivery = Delivery(algorithms, recorder, max_message_bytes, hop_limit=forwarding.hop_limit)
         n = len(algorithms)
         self.state = [DeviceState() for _ in range(n)]
@@ -119,7 +124,7 @@ class OpportunisticSimulation:
     # -- learning on each device's own clock -------------------------------------------------
     def _device(self, i: int):
         sch = self.schedule
-        yield self.env.timeout(float(self.rng.uniform(0, sch.train_period_s)))
+        yield self.env.timeout(float(self.first_training_s[i]))
         while self.env.now < sch.duration_s:
             if self.state[i].online:
                 self._step(i)
