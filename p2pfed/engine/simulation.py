@@ -134,10 +134,14 @@ class Simulation:
         self.recorder.delivered(dst, len(raw))
 
     def _collect(self, r: int, i: int, evaluation) -> None:
-        evals = self._evaluations.setdefault(r, [None] * len(self.algorithms))
+        if r not in self._evaluations:
+            # The first device to evaluate round r does so before anyone sends round r+1:
+            # freeze the traffic counters here so the row reports exactly rounds 0..r.
+            self._evaluations[r] = ([None] * len(self.algorithms), self.recorder.counters())
+        evals, counters = self._evaluations[r]
         evals[i] = evaluation
         if all(e is not None for e in evals):
-            self.recorder.evaluation(r + 1, float(self.env.now), evals)
+            self.recorder.evaluation(r + 1, float(self.env.now), evals, counters)
             del self._evaluations[r]
 
     # -- driver ----------------------------------------------------------------------------

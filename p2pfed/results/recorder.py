@@ -66,8 +66,15 @@ class Recorder:
     def messages_dropped(self) -> int:
         return sum(d.messages_dropped for d in self.devices)
 
-    def evaluation(self, round: int, sim_time_s: float, evals: list[Evaluation]) -> dict:
-        """Record one evaluation of every device (metrics averaged over devices)."""
+    def counters(self) -> dict[str, int]:
+        """The traffic totals now, as reported in a rounds.csv row."""
+        return {"bytes_sent_total": self.bytes_sent_total, "messages_sent": self.messages_sent,
+                "messages_dropped": self.messages_dropped}
+
+    def evaluation(self, round: int, sim_time_s: float, evals: list[Evaluation],
+                   counters: dict[str, int] | None = None) -> dict:
+        """Record one evaluation of every device (metrics averaged over devices), with the
+        traffic totals at that moment (``counters``, default: now)."""
         f1 = np.array([e.f1_macro for e in evals], dtype=float)
         row = {
             "round": round,
@@ -76,9 +83,7 @@ class Recorder:
             "f1_macro_std": round_float(np.nanstd(f1)),
             "loss_mean": round_float(np.nanmean([e.loss for e in evals])),
             "accuracy_mean": round_float(np.nanmean([e.accuracy for e in evals])),
-            "bytes_sent_total": self.bytes_sent_total,
-            "messages_sent": self.messages_sent,
-            "messages_dropped": self.messages_dropped,
+            **(counters or self.counters()),
         }
         self.rows.append(row)
         self.last_evaluations = list(evals)
