@@ -49,8 +49,8 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
 
     def on_round(r: int, now: float) -> None:
         bar.update(1)
-        if recorder.rows:
-            bar.set_postfix(f1=f"{recorder.rows[-1]['f1_macro_mean']:.3f}")
+        if recorder.latest:
+            bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
     sim = Simulation(algorithms, graph, schedule, recorder,
                      np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1]),

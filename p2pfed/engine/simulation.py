@@ -82,41 +82,44 @@ class Simulation:
 
     # -- processes -------------------------------------------------------------------------
     def _device(self, i: int, active_by_round: np.ndarray):
+        """One device's loop, FedSub Alg. 1 order: integrate what peers sent during the last
+        round, train on the result, evaluate the model the device now holds, share."""
         algo = self.algorithms[i]
         period = self.schedule.round_period_s
         for r in range(self.schedule.rounds):
+            algo.fuse(r, self.env.now)
             if active_by_round[r, i]:
                 algo.train(r)
+            if self.schedule.evaluates(r):
+                self._collect(r, i, algo.evaluate())
+            if active_by_round[r, i]:
                 payload = algo.share(r)
                 if payload is not None:
                     self._broadcast(i, r, algo.message_kind, payload)
-            yield self.env.timeout((r + 1) * period - self.env.now)
-            algo.fuse(r, self.env.now)
-            if self.schedule.evaluates(r):
-                self._collect(r, i, algo.evaluate())
             if i == len(self.algorithms) - 1 and self.on_round is not None:
                 self.on_round(r, float(self.env.now))
+            yield self.env.timeout((r + 1) * period - self.env.now)
 
     def _broadcast(self, src: int, r: int, kind: str, payload: Payload) -> None:
         msg = Message(kind=kind, sender=src, round=r, sent_at=float(self.env.now),
                       meta=payload.meta, tensors=payload.tensors)
         data = encode(msg, max_bytes=self.max_message_bytes)
         for dst in sorted(self.graph.neighbors(src)):
-            self.recorder.sent(src, len(data))
-            self.env.process(self._transfer(src, dst, data))
+            self.recorder.sent(src, len(data), r)
+            self.env.process(self._transfer(src, dst, data, r))
 
-    def _transfer(self, src: int, dst: int, data: bytes):
+    def _transfer(self, src: int, dst: int, data: bytes, r: int):
         edge = self.graph.edges[src, dst]
         with self.links[src, dst].request() as slot:
             yield slot
             yield self.env.timeout(8.0 * len(data) / edge["bandwidth_bps"])
         yield self.env.timeout(edge["latency_s"])
-        self._deliver(src, dst, data)
+        self._deliver(src, dst, data, r)
 
-    def _deliver(self, src: int, dst: int, data: bytes) -> None:
+    def _deliver(self, src: int, dst: int, data: bytes, r: int) -> None:
         raw = self.network.carry(dst, data)
         if raw is None:
-            self.recorder.dropped(src, dst, "transport", "mailbox did not receive the frame")
+            self.recorder.dropped(src, dst, r, "transport", "mailbox did not receive the frame")
             return
         try:
             msg = decode(raw, max_bytes=self.max_message_bytes)
@@ -126,22 +129,18 @@ class Simulation:
                                                   received_at=float(self.env.now),
                                                   payload=Payload(dict(msg.meta), dict(msg.tensors))))
         except CodecError as exc:
-            self.recorder.dropped(src, dst, f"codec:{exc.reason}", str(exc))
+            self.recorder.dropped(src, dst, r, f"codec:{exc.reason}", str(exc))
             return
         except ArtifactError as exc:
-            self.recorder.dropped(src, dst, "artifact", str(exc))
+            self.recorder.dropped(src, dst, r, "artifact", str(exc))
             return
         self.recorder.delivered(dst, len(raw))
 
     def _collect(self, r: int, i: int, evaluation) -> None:
-        if r not in self._evaluations:
-            # The first device to evaluate round r does so before anyone sends round r+1:
-            # freeze the traffic counters here so the row reports exactly rounds 0..r.
-            self._evaluations[r] = ([None] * len(self.algorithms), self.recorder.counters())
-        evals, counters = self._evaluations[r]
+        evals = self._evaluations.setdefault(r, [None] * len(self.algorithms))
         evals[i] = evaluation
         if all(e is not None for e in evals):
-            self.recorder.evaluation(r + 1, float(self.env.now), evals, counters)
+            self.recorder.evaluation(r, float(self.env.now), evals)
             del self._evaluations[r]
 
     # -- driver ----------------------------------------------------------------------------
@@ -152,7 +151,8 @@ class Simulation:
         try:
             for i in range(n):
                 self.env.process(self._device(i, active))
-            self.env.run()
+            # Stop at the end of the last round: bytes still in flight then never arrive.
+            self.env.run(until=self.schedule.rounds * self.schedule.round_period_s)
         finally:
             self.network.close()
         return float(self.env.now)

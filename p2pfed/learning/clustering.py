@@ -261,7 +261,7 @@ def _one_cluster(n: int) -> Clustering:
 
 
 def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = None,
-                    seed: int = 0, n_init: int = 4) -> Clustering:
+                    seed: int = 0, n_init: int = 4, min_cluster_size: int = 1) -> Clustering:
     """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2).
 
     Rule for small or degenerate sets (DBI is undefined for one cluster, and a split needs some
@@ -273,6 +273,12 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     * otherwise K sweeps ``[k_min, min(k_max or n-1, n-1, #distinct points)]``; a K whose
       clustering has fewer than K non-empty clusters is skipped; the smallest K attaining the
       minimum DBI wins. If the range is empty (``k_min`` above it) → a single cluster.
+
+    ``min_cluster_size`` > 1 guards against DBI's degenerate optimum: a singleton cluster has
+    zero scatter, so on noisy data the DBI keeps falling as K → n-1 and the sweep splits every
+    structure into singletons. With the guard, K values whose partition has a cluster smaller
+    than ``min_cluster_size`` are passed over, unless every K has one (then the plain minimum
+    wins, as in the paper). ``min_cluster_size=1`` is the paper's rule exactly.
 
     The result depends on the *set* of rows, not their order: rows are clustered in a canonical
     (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
@@ -296,19 +302,24 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     if n_distinct == 1:
         return _one_cluster(n)
     hi = min(n - 1 if k_max is None else k_max, n - 1, n_distinct)
-    best_k, best_dbi, best_labels = 0, math.inf, None
+    best: tuple[float, int, np.ndarray] | None = None           # over every K
+    best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
     dbi_by_k: dict[int, float] = {}
     with _single_threaded_blas():
         for k in range(k_min, hi + 1):
             lab, _ = _kmeans(xs, k, seed, n_init, 100, 1e-6)
-            if np.unique(lab).size < k:
+            sizes = np.bincount(lab)
+            if np.count_nonzero(sizes) < k:
                 continue
             score = _dbi(xs, lab, k)
             dbi_by_k[k] = score
-            if score < best_dbi:
-                best_k, best_dbi, best_labels = k, score, lab
-    if best_labels is None:
+            if best is None or score < best[0]:
+                best = (score, k, lab)
+            if sizes[sizes > 0].min() >= min_cluster_size and (best_sized is None or score < best_sized[0]):
+                best_sized = (score, k, lab)
+    if best is None:
         return _one_cluster(n)
+    best_dbi, best_k, best_labels = best_sized or best
     labels = np.empty(n, dtype=np.intp)
     labels[order] = best_labels
     labels = _first_appearance(labels)
