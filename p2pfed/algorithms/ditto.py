@@ -13,7 +13,7 @@ import copy
 
 from pydantic import Field
 
-from p2pfed.algorithms.base import Options, register
+from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.learning.regularisers import proximal_loss, snapshot
 from p2pfed.learning.training import Evaluation, evaluate, train_epochs
@@ -30,7 +30,7 @@ class Ditto(GossipAvg):
     Options = DittoOptions
     options: DittoOptions
 
-    def __init__(self, ctx, options) -> None:
+    def __init__(self, ctx: DeviceContext, options: DittoOptions) -> None:
         super().__init__(ctx, options)
         self.personal = copy.deepcopy(ctx.model)  # ctx.model is the global model, the one shared
 

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 from sklearn.cluster import AgglomerativeClustering
 
-from p2pfed.algorithms.base import Options, Payload, Received, expect_array, register
+from p2pfed.algorithms.base import DeviceContext, Options, Payload, Received, expect_array, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.learning.model import num_parameters
 from p2pfed.learning.regularisers import snapshot
@@ -55,7 +55,7 @@ class FedClar(GossipAvg):
     Options = FedClarOptions
     options: FedClarOptions
 
-    def __init__(self, ctx, options) -> None:
+    def __init__(self, ctx: DeviceContext, options: FedClarOptions) -> None:
         super().__init__(ctx, options)
         self.cluster_round = ctx.rounds // 2 if options.cluster_round is None else options.cluster_round
         self.update: np.ndarray | None = None

@@ -10,11 +10,10 @@ run's rounds it never communicates (local training on balanced data).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from pydantic import Field
 
-from p2pfed.algorithms.base import Options, register
+from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.learning.balancing import smote_balance
 from p2pfed.learning.training import train_epochs
@@ -32,7 +31,7 @@ class FedHome(GossipAvg):
     Options = FedHomeOptions
     options: FedHomeOptions
 
-    def __init__(self, ctx, options) -> None:
+    def __init__(self, ctx: DeviceContext, options: FedHomeOptions) -> None:
         super().__init__(ctx, options)
         self.balanced: tuple[torch.Tensor, torch.Tensor] | None = None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from p2pfed.algorithms.base import Options, register
+from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.learning.model import MLP
 
@@ -37,7 +37,7 @@ class FedPer(GossipAvg):
     Options = FedPerOptions
     options: FedPerOptions
 
-    def __init__(self, ctx, options) -> None:
+    def __init__(self, ctx: DeviceContext, options: FedPerOptions) -> None:
         super().__init__(ctx, options)
         self.body, self.head = split_body_head(ctx.model, options.head_layers)
 
