@@ -117,18 +117,42 @@ def test_head_layers_must_leave_a_body(repo_root):
         build_algorithms(scenario(repo_root, "fedrep", "algorithm.head_layers=3"), _tiny_data())
 
 
-def test_fedrep_head_phase_leaves_the_body_alone(repo_root):
+def _spy_training(monkeypatch, module):
+    """Record (epochs, trainable names, has extra loss) of every train_epochs call in ``module``."""
+    calls = []
+    real = module.train_epochs
+
+    def spy(model, *args, epochs=None, trainable=None, extra_loss=None, **kw):
+        names = {n for n, p in model.named_parameters() if any(p is t for t in trainable)}
+        calls.append((epochs, names, extra_loss is not None))
+        return real(model, *args, epochs=epochs, trainable=trainable, extra_loss=extra_loss, **kw)
+
+    monkeypatch.setattr(module, "train_epochs", spy)
+    return calls
+
+
+def test_fedrep_trains_head_then_body(repo_root, monkeypatch):
+    import p2pfed.algorithms.fedrep as fedrep
+    calls = _spy_training(monkeypatch, fedrep)
     algo = build_algorithms(scenario(repo_root, "fedrep", "algorithm.head_epochs=3"), _tiny_data())[0]
     before = params(algo.ctx.model)
-    ctx = algo.ctx
-    named = dict(ctx.model.named_parameters())
-    train_epochs(ctx.model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
-                 epochs=3, trainable=[named[n] for n in algo.head])
-    mid = params(ctx.model)
-    assert all(torch.equal(mid[n], before[n]) for n in algo.body)
     algo.train(0)
-    after = params(ctx.model)
-    assert all(not torch.equal(after[n], mid[n]) for n in algo.body + algo.head)
+    assert calls == [(3, set(algo.head), False), (None, set(algo.body), False)]
+    after = params(algo.ctx.model)
+    assert all(not torch.equal(after[n], before[n]) for n in algo.body + algo.head)
+
+
+def test_protohar_pulls_the_body_toward_prototypes_once_it_has_them(repo_root, monkeypatch):
+    import p2pfed.algorithms.fedrep as fedrep
+    calls = _spy_training(monkeypatch, fedrep)
+    algos = build_algorithms(scenario(repo_root, "protohar"), _tiny_data())
+    drive(algos, 2)
+    mine = calls[:2]  # device 0, round 0
+    assert [c[2] for c in mine] == [False, False]  # round 0: no prototypes yet
+    round1 = calls[2 * len(algos):2 * len(algos) + 2]
+    assert [c[2] for c in round1] == [False, True]  # the prototype pull is on the body phase only
+    payload = algos[0].share(2)
+    assert set(payload.tensors) == set(algos[0].body) | {"prototypes"}
 
 
 def test_ditto_evaluates_a_personal_model_distinct_from_the_global_one(repo_root):
@@ -169,14 +193,6 @@ def test_average_prototypes_weights_by_count_and_marks_missing_classes():
     protos, known = average_prototypes([e1, e2], num_classes=3, dim=2)
     assert known.tolist() == [True, False, True]
     assert np.allclose(protos.numpy(), [[3.0, 2.0], [0.0, 0.0], [0.0, 4.0]])
-
-
-def test_protohar_sends_body_and_prototypes_and_pulls_features(repo_root):
-    algos = build_algorithms(scenario(repo_root, "protohar"), _tiny_data())
-    drive(algos, 2)
-    payload = algos[0].share(2)
-    assert set(payload.tensors) == set(algos[0].body) | {"prototypes"}
-    assert algos[0].prototype_term() is not None and algos[0].body_loss() is not None
 
 
 def test_smote_balances_classes_and_handles_tiny_ones():
