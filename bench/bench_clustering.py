@@ -12,16 +12,21 @@ from collections import Counter
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import davies_bouldin_score
+from threadpoolctl import threadpool_limits
 
 from p2pfed.learning.clustering import choose_k_by_dbi
 
 
 def sklearn_sweep(x: np.ndarray, n_init: int) -> int:
+    """Reference sweep, BLAS/OpenMP held to one thread like ours (its tiny threaded calls crawl
+    on a busy machine)."""
     best_k, best = 0, np.inf
-    for k in range(2, x.shape[0]):
-        score = davies_bouldin_score(x, KMeans(k, n_init=n_init, random_state=0).fit_predict(x))
-        if score < best:
-            best_k, best = k, score
+    with threadpool_limits(limits=1):
+        for k in range(2, x.shape[0]):
+            lab = KMeans(k, n_init=n_init, random_state=0).fit_predict(x)
+            score = davies_bouldin_score(x, lab)
+            if score < best:
+                best_k, best = k, score
     return best_k
 
 

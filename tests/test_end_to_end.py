@@ -29,6 +29,8 @@ def test_run_writes_every_results_file(repo_root, tmp_path, capsys):
     assert comm["messages_sent"] == 6 * 5 * 4 and comm["messages_dropped"] == 0
     rows = list(csv.DictReader((out / "rounds.csv").open()))
     assert [int(r["round"]) for r in rows] == [1, 2, 3, 4]
+    # each row counts exactly the traffic of the rounds evaluated so far
+    assert [int(r["messages_sent"]) for r in rows] == [30, 60, 90, 120]
     assert int(rows[-1]["bytes_sent_total"]) == comm["bytes_sent_total"]
     devices = list(csv.DictReader((out / "devices.csv").open()))
     assert len(devices) == 6

@@ -73,8 +73,9 @@ def test_no_contacts_section_keeps_synchronous_rounds(repo_root):
     s = run_scenario(load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                                    ["rounds=2", *SMALL[:3]]), progress=False)
     assert "contacts" not in s and s["rounds"] == 2
-    assert s["comm"]["transfers_started"] == s["comm"]["transfers_completed"] == s["comm"]["messages_sent"]
-    assert s["comm"]["transfers_aborted"] == 0 and s["comm"]["bytes_wasted"] == 0
+    comm = s["comm"]   # a run stops at the end of its last round: the last sends may still be in flight
+    assert comm["transfers_started"] == comm["messages_sent"] >= comm["transfers_completed"] > 0
+    assert comm["transfers_aborted"] == 0 and comm["bytes_wasted"] == 0
 
 
 def test_bad_trace_line_exits_2_naming_file_and_line(repo_root, tmp_path, capsys):

@@ -66,6 +66,7 @@ class DeviceContext:
     training: TrainingConfig
     rng: np.random.Generator
     torch_generator: torch.Generator
+    rounds: int  # total rounds of the run: methods with a final local phase need to know the end
     shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
 
     def __post_init__(self) -> None:

@@ -47,6 +47,7 @@ class FedSubOptions(Options):
     float16: bool = Field(False, description="send parameter values as float16")
     max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
     kmeans_n_init: int = Field(4, ge=1)
+    min_cluster_size: int = Field(1, ge=1, description="pass over K whose partition has smaller clusters")
     cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
 
     @field_validator("extraction")
@@ -238,7 +239,8 @@ class FedSub(Algorithm):
                              key=lambda m: m[0])
             points = np.stack([a.prototypes[a.classes.index(c)] for _, a in members])
             clustering = self.clusterings.cluster(points, k_max=self.options.max_k,
-                                                  n_init=self.options.kmeans_n_init)
+                                                  n_init=self.options.kmeans_n_init,
+                                                  min_cluster_size=self.options.min_cluster_size)
             self.last_k[c] = clustering.k
             my_label = clustering.labels[[s for s, _ in members].index(me)]
             mates = [a for (s, a), lab in zip(members, clustering.labels)

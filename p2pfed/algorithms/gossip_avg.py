@@ -4,15 +4,17 @@ Every round a device sends its whole model to its neighbours and replaces its mo
 sample-count-weighted average of its own and the models that arrived since its last fusion —
 FedAvg (McMahan et al., AISTATS 2017) with the server replaced by the neighbourhood, as in
 decentralised gossip SGD (Lian et al., NeurIPS 2017).
+
+``GossipAvg`` is also the base of the methods that average weights (FedProx, Ditto, FedPer,
+FedRep, ProtoHAR, FedHome, FedCLAR). They differ only through three hooks: which parameters are
+shared (``shared_names``), which peers a device averages with (``mates``), and the final rounds
+in which a device trains alone (``local_phase``).
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
-from p2pfed.algorithms.base import Algorithm, ArtifactError, Payload, register
-from p2pfed.algorithms.model_payload import model_payload, model_tensors
+from p2pfed.algorithms.base import Algorithm, Payload, Received, register
+from p2pfed.algorithms.model_payload import average_into, model_payload, model_tensors, sample_count
 
 
 @register
@@ -20,27 +22,34 @@ class GossipAvg(Algorithm):
     name = "gossip-avg"
     message_kind = "gossip/model"
 
-    def share(self, round: int) -> Payload:
-        return model_payload(self.ctx.model, self.ctx.num_samples)
+    # -- hooks for the methods built on gossip averaging -------------------------------------
+    def shared_names(self) -> list[str]:
+        """Parameters exchanged and averaged: the whole model here."""
+        return [name for name, _ in self.ctx.model.named_parameters()]
+
+    def mates(self, round: int, fresh: list[Received]) -> list[Received]:
+        """The peers' payloads this device averages with: all that arrived, here."""
+        return fresh
+
+    def local_phase(self, round: int) -> bool:
+        """True in the final rounds where a device neither sends nor averages; never, here."""
+        return False
+
+    # -- Algorithm -------------------------------------------------------------------------
+    def share(self, round: int) -> Payload | None:
+        if self.local_phase(round):
+            return None
+        return model_payload(self.ctx.model, self.ctx.num_samples, self.shared_names())
 
     def check_payload(self, payload: Payload) -> None:
-        model_tensors(self.ctx.model, payload)
-        n = payload.meta.get("num_samples")
-        if not isinstance(n, int) or n < 0:
-            raise ArtifactError(f"meta 'num_samples' must be an int >= 0, got {n!r}")
+        model_tensors(self.ctx.model, payload, self.shared_names())
+        sample_count(payload)
 
     def fuse(self, round: int, now: float) -> None:
         fresh = self.take_fresh()
-        if not fresh:
+        if self.local_phase(round):
             return
-        weights = [float(self.ctx.num_samples)] + [float(r.payload.meta["num_samples"]) for r in fresh]
-        total = sum(weights)
-        if total <= 0:
-            return
-        peers = [model_tensors(self.ctx.model, r.payload) for r in fresh]
-        with torch.no_grad():
-            for name, p in self.ctx.model.named_parameters():
-                acc = p.detach().double() * weights[0]
-                for w, tensors in zip(weights[1:], peers):
-                    acc += torch.from_numpy(np.asarray(tensors[name], dtype=np.float64)) * w
-                p.copy_((acc / total).to(p.dtype))
+        names = self.shared_names()
+        peers = [(model_tensors(self.ctx.model, r.payload, names), float(sample_count(r.payload)))
+                 for r in self.mates(round, fresh)]
+        average_into(self.ctx.model, float(self.ctx.num_samples), peers, names)

@@ -65,11 +65,12 @@ class Delivery:
         self.hop_limit = hop_limit
         self.network = InprocNetwork(len(algorithms), max_message_bytes)
 
-    def deliver(self, src: int, dst: int, data: bytes, now: float) -> Received | None:
-        """The received item handed to ``dst``'s algorithm, or None if it was dropped."""
+    def deliver(self, src: int, dst: int, data: bytes, now: float, round: int) -> Received | None:
+        """The received item handed to ``dst``'s algorithm, or None if it was dropped
+        (``round``: the round, or evaluation interval, the drop is counted in)."""
         raw = self.network.carry(dst, data)
         if raw is None:
-            self.recorder.dropped(src, dst, "transport", "mailbox did not receive the frame")
+            self.recorder.dropped(src, dst, round, "transport", "mailbox did not receive the frame")
             return None
         try:
             msg = decode(raw, max_bytes=self.max_message_bytes)
@@ -81,10 +82,10 @@ class Delivery:
                             payload=Payload(meta, dict(msg.tensors)), hops=hops)
             self.algorithms[dst].receive(item)
         except CodecError as exc:
-            self.recorder.dropped(src, dst, f"codec:{exc.reason}", str(exc))
+            self.recorder.dropped(src, dst, round, f"codec:{exc.reason}", str(exc))
             return None
         except ArtifactError as exc:
-            self.recorder.dropped(src, dst, "artifact", str(exc))
+            self.recorder.dropped(src, dst, round, "artifact", str(exc))
             return None
         self.recorder.delivered(dst, len(raw))
         return item

@@ -150,14 +150,21 @@ class OpportunisticSimulation:
         st.trainings += 1
         self._pulse(self.news, i)
 
+    def _interval(self) -> int:
+        """The evaluation interval (0-based) traffic is counted in: rounds.csv rows are cumulative
+        through the interval that ends with their evaluation."""
+        every, end = self.schedule.eval_every_s, self.schedule.duration_s
+        last = max(int(np.ceil(end / every - 1e-9)) - 1, 0)
+        return min(int(self.env.now // every), last)
+
     def _evaluator(self):
         every, end = self.schedule.eval_every_s, self.schedule.duration_s
         index, t = 0, every
         while True:
             t = min(t, end)
             yield self.env.timeout(t - self.env.now)
-            index += 1
             self.recorder.evaluation(index, float(self.env.now), [a.evaluate() for a in self.algorithms])
+            index += 1
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
             if t >= end:
@@ -236,13 +243,14 @@ class OpportunisticSimulation:
             reason = "contact ended" if end.processed else "device offline"
             self.recorder.transfer_aborted(src, dst, on_air, reason)
             return
-        self.recorder.sent(src, size)
+        interval = self._interval()
+        self.recorder.sent(src, size, interval)
         self.recorder.transfer_completed(src)
         self.state[dst].have[offer.key] = offer.version   # even if lost or refused: not offered again
         if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
-            self.recorder.lost(src, dst, size)
+            self.recorder.lost(src, dst, size, interval)
             return
-        item = self.delivery.deliver(src, dst, offer.data, float(self.env.now))
+        item = self.delivery.deliver(src, dst, offer.data, float(self.env.now), interval)
         if item is not None:
             self._carry(dst, item)
 

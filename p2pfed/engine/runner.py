@@ -76,8 +76,8 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
 
     def on_round(r: int, now: float) -> None:
         bar.update(1)
-        if recorder.rows:
-            bar.set_postfix(f1=f"{recorder.rows[-1]['f1_macro_mean']:.3f}")
+        if recorder.latest:
+            bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
     sim = Simulation(algorithms, graph, schedule, recorder, rng,
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round)
@@ -110,8 +110,8 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, re
 
     def on_time(now: float) -> None:
         bar.update(round(now) - bar.n)
-        if recorder.rows:
-            bar.set_postfix(f1=f"{recorder.rows[-1]['f1_macro_mean']:.3f}")
+        if recorder.latest:
+            bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, rng,
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,

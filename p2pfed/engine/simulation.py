@@ -57,42 +57,45 @@ class Simulation:
 
     # -- processes -------------------------------------------------------------------------
     def _device(self, i: int, active_by_round: np.ndarray):
+        """One device's loop, FedSub Alg. 1 order: integrate what peers sent during the last
+        round, train on the result, evaluate the model the device now holds, share."""
         algo = self.algorithms[i]
         period = self.schedule.round_period_s
         for r in range(self.schedule.rounds):
+            algo.fuse(r, self.env.now)
             if active_by_round[r, i]:
                 algo.train(r)
+            if self.schedule.evaluates(r):
+                self._collect(r, i, algo.evaluate())
+            if active_by_round[r, i]:
                 payload = algo.share(r)
                 if payload is not None:
                     self._broadcast(i, r, algo.message_kind, payload)
-            yield self.env.timeout((r + 1) * period - self.env.now)
-            algo.fuse(r, self.env.now)
-            if self.schedule.evaluates(r):
-                self._collect(r, i, algo.evaluate())
             if i == len(self.algorithms) - 1 and self.on_round is not None:
                 self.on_round(r, float(self.env.now))
+            yield self.env.timeout((r + 1) * period - self.env.now)
 
     def _broadcast(self, src: int, r: int, kind: str, payload: Payload) -> None:
         data = encode_share(kind, src, r, float(self.env.now), payload, self.max_message_bytes)
         for dst in sorted(self.graph.neighbors(src)):
-            self.recorder.sent(src, len(data))
+            self.recorder.sent(src, len(data), r)
             self.recorder.transfer_started(src)
-            self.env.process(self._transfer(src, dst, data))
+            self.env.process(self._transfer(src, dst, data, r))
 
-    def _transfer(self, src: int, dst: int, data: bytes):
+    def _transfer(self, src: int, dst: int, data: bytes, r: int):
         edge = self.graph.edges[src, dst]
         with self.links[src, dst].request() as slot:
             yield slot
             yield self.env.timeout(8.0 * len(data) / edge["bandwidth_bps"])
         self.recorder.transfer_completed(src)
         yield self.env.timeout(edge["latency_s"])
-        self.delivery.deliver(src, dst, data, float(self.env.now))
+        self.delivery.deliver(src, dst, data, float(self.env.now), r)
 
     def _collect(self, r: int, i: int, evaluation) -> None:
         evals = self._evaluations.setdefault(r, [None] * len(self.algorithms))
         evals[i] = evaluation
         if all(e is not None for e in evals):
-            self.recorder.evaluation(r + 1, float(self.env.now), evals)
+            self.recorder.evaluation(r, float(self.env.now), evals)
             del self._evaluations[r]
 
     # -- driver ----------------------------------------------------------------------------
@@ -103,7 +106,8 @@ class Simulation:
         try:
             for i in range(n):
                 self.env.process(self._device(i, active))
-            self.env.run()
+            # Stop at the end of the last round: bytes still in flight then never arrive.
+            self.env.run(until=self.schedule.rounds * self.schedule.round_period_s)
         finally:
             self.delivery.close()
         return float(self.env.now)

@@ -25,3 +25,18 @@ def class_prototypes(model: MLP, x: torch.Tensor, y: torch.Tensor,
     protos = sums[classes] / counts_all[classes].unsqueeze(1).to(feats.dtype)
     return classes.numpy().astype(np.int64), protos.numpy().astype(np.float32), \
         counts_all[classes].numpy().astype(np.int64)
+
+
+def average_prototypes(entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]], num_classes: int,
+                       dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per class, the count-weighted mean of the ``(classes, prototypes, counts)`` entries
+    (FedProto Eq. 7). Returns ``(prototypes (num_classes, dim), known)``; ``known[c]`` is False
+    for classes no entry holds, whose row stays zero."""
+    sums = np.zeros((num_classes, dim), dtype=np.float64)
+    weights = np.zeros(num_classes, dtype=np.float64)
+    for classes, protos, counts in entries:
+        np.add.at(sums, classes, protos.astype(np.float64) * counts[:, None])
+        np.add.at(weights, classes, counts.astype(np.float64))
+    known = weights > 0
+    sums[known] /= weights[known, None]
+    return torch.as_tensor(sums, dtype=torch.float32), torch.as_tensor(known)

@@ -18,6 +18,9 @@ def plot_run(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
 def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: str = "") -> None:
     """Mean macro-F1 (with ±std band) and cumulative megabytes sent, per round, one line per run."""
     fig, (ax_f1, ax_bytes) = plt.subplots(1, 2, figsize=(11, 4))
+    colours = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
+    for ax in (ax_f1, ax_bytes):
+        ax.set_prop_cycle(color=colours)
     for label, rows in runs.items():
         r = [float(x["round"]) for x in rows]
         f1 = [float(x["f1_macro_mean"]) for x in rows]

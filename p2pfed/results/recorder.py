@@ -33,7 +33,8 @@ class DeviceCounters:
 @dataclass
 class Recorder:
     num_devices: int
-    rows: list[dict] = field(default_factory=list)
+    traffic_by_round: dict[int, Counter] = field(default_factory=dict)
+    _metrics: list[tuple[int, dict]] = field(default_factory=list)
     devices: list[DeviceCounters] = field(init=False)
     drop_reasons: Counter = field(default_factory=Counter)
     last_evaluations: list[Evaluation] = field(default_factory=list)
@@ -42,21 +43,23 @@ class Recorder:
     def __post_init__(self) -> None:
         self.devices = [DeviceCounters() for _ in range(self.num_devices)]
 
-    def sent(self, src: int, nbytes: int) -> None:
-        """A message of ``nbytes`` encoded bytes left ``src`` (counted once per destination)."""
+    def sent(self, src: int, nbytes: int, round: int) -> None:
+        """A message of ``nbytes`` encoded bytes left ``src`` in ``round`` (once per destination)."""
         d = self.devices[src]
         d.bytes_sent += nbytes
         d.messages_sent += 1
+        self._traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
 
     def delivered(self, dst: int, nbytes: int) -> None:
         d = self.devices[dst]
         d.bytes_received += nbytes
         d.messages_received += 1
 
-    def dropped(self, src: int, dst: int, reason: str, detail: str = "") -> None:
-        """A message that never reached the algorithm: logged with the peers and counted."""
+    def dropped(self, src: int, dst: int, round: int, reason: str, detail: str = "") -> None:
+        """A message (sent in ``round``) that never reached the algorithm: logged and counted."""
         self.devices[dst].messages_dropped += 1
         self.drop_reasons[reason] += 1
+        self._traffic(round).update(messages_dropped=1)
         log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
 
     def transfer_started(self, src: int) -> None:
@@ -74,11 +77,12 @@ class Recorder:
         d.bytes_wasted += nbytes_on_air
         log.info("aborted transfer from peer %d to peer %d after %d bytes: %s", src, dst, nbytes_on_air, reason)
 
-    def lost(self, src: int, dst: int, nbytes: int) -> None:
+    def lost(self, src: int, dst: int, nbytes: int, round: int) -> None:
         """A fully sent message the link lost: dropped, and its bytes wasted."""
         self.devices[src].bytes_wasted += nbytes
         self.devices[dst].messages_dropped += 1
         self.drop_reasons["loss"] += 1   # expected on a lossy link: counted, not logged
+        self._traffic(round).update(messages_dropped=1)
 
     def fused(self, ages: list[float]) -> None:
         """A fusion used artifacts of these ages (seconds since their owner made them)."""
@@ -86,6 +90,9 @@ class Recorder:
 
     def total(self, counter: str) -> int:
         return sum(getattr(d, counter) for d in self.devices)
+
+    def _traffic(self, round: int) -> Counter:
+        return self.traffic_by_round.setdefault(round, Counter())
 
     @property
     def bytes_sent_total(self) -> int:
@@ -100,22 +107,38 @@ class Recorder:
         return sum(d.messages_dropped for d in self.devices)
 
     def evaluation(self, round: int, sim_time_s: float, evals: list[Evaluation]) -> dict:
-        """Record one evaluation of every device (metrics averaged over devices)."""
+        """Record the evaluation of every device after ``round`` (0-based); metrics are averaged
+        over devices, traffic columns count what was sent in rounds 0..round."""
         f1 = np.array([e.f1_macro for e in evals], dtype=float)
         row = {
-            "round": round,
+            "round": round + 1,
             "sim_time_s": round_float(sim_time_s),
             "f1_macro_mean": round_float(np.nanmean(f1)),
             "f1_macro_std": round_float(np.nanstd(f1)),
             "loss_mean": round_float(np.nanmean([e.loss for e in evals])),
             "accuracy_mean": round_float(np.nanmean([e.accuracy for e in evals])),
-            "bytes_sent_total": self.bytes_sent_total,
-            "messages_sent": self.messages_sent,
-            "messages_dropped": self.messages_dropped,
         }
-        self.rows.append(row)
+        self._metrics.append((round, row))
         self.last_evaluations = list(evals)
         return row
+
+    @property
+    def latest(self) -> dict | None:
+        """The metrics of the newest evaluation (no traffic columns), for progress displays."""
+        return self._metrics[-1][1] if self._metrics else None
+
+    @property
+    def rows(self) -> list[dict]:
+        """rounds.csv rows: metrics plus cumulative traffic through each evaluated round."""
+        out, total, pending = [], Counter(), sorted(self.traffic_by_round.items())
+        for round, row in sorted(self._metrics, key=lambda m: m[0]):
+            while pending and pending[0][0] <= round:
+                total.update(pending.pop(0)[1])
+            out.append({**row, **{k: total.get(k, 0) for k in TRAFFIC_COLUMNS}})
+        return out
+
+
+TRAFFIC_COLUMNS = ("bytes_sent_total", "messages_sent", "messages_dropped")
 
 
 def round_float(x: float, digits: int = 6) -> float:

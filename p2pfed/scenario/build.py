@@ -44,7 +44,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
-                        rng=np.random.default_rng(seq), torch_generator=gen,
+                        rng=np.random.default_rng(seq), torch_generator=gen, rounds=sc.rounds,
                         shared=shared if shared is not None else {})
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))

@@ -65,9 +65,12 @@ class CodecError(ValueError):
     """A message that cannot be encoded or decoded; ``reason`` is machine-readable."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
+        super().__init__(reason, detail)  # both args kept so the error can be re-raised/copied
         self.reason = reason
         self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
 
 
 @dataclass(frozen=True)

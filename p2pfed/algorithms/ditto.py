@@ -1,0 +1,45 @@
+"""``ditto``: a personal model regularised toward the gossip-averaged global model.
+
+Follows Ditto (Li et al., ICML 2021, Alg. 1; FedSub journal Sec. 2 and 4.2 [pmlr-v139-li21h]):
+each device keeps two models. The global one trains on plain cross-entropy and is averaged
+with the neighbours exactly as in ``gossip-avg``; the personal one v trains on the
+cross-entropy plus (lam/2)·||v − w||², w being the global model at the start of the round, and
+it is the one evaluated. The option is called ``lam`` as in Ditto's reference code (``--lam``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from pydantic import Field
+
+from p2pfed.algorithms.base import DeviceContext, Options, register
+from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.learning.regularisers import proximal_loss, snapshot
+from p2pfed.learning.training import Evaluation, evaluate, train_epochs
+
+
+class DittoOptions(Options):
+    lam: float = Field(0.1, ge=0, description="weight of the pull toward the global model")
+
+
+@register
+class Ditto(GossipAvg):
+    name = "ditto"
+    message_kind = "ditto/model"
+    Options = DittoOptions
+    options: DittoOptions
+
+    def __init__(self, ctx: DeviceContext, options: DittoOptions) -> None:
+        super().__init__(ctx, options)
+        self.personal = copy.deepcopy(ctx.model)  # ctx.model is the global model, the one shared
+
+    def train(self, round: int) -> None:
+        ctx = self.ctx
+        anchor = snapshot(ctx.model)
+        train_epochs(self.personal, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
+                     extra_loss=proximal_loss(anchor, self.options.lam))
+        super().train(round)
+
+    def evaluate(self) -> Evaluation:
+        return evaluate(self.personal, self.ctx.x_test, self.ctx.y_test)

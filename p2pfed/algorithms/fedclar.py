@@ -1,0 +1,100 @@
+"""``fedclar``: gossip averaging, then averaging only within a cluster of similar neighbours.
+
+Follows FedCLAR (Presotto et al., PerCom 2022) as the FedSub papers run it (journal Sec. 2
+and 4.2 [9762352]): FedAvg until the shared model is stable (the papers: round 160 of 300),
+then one hierarchical clustering of the clients by the cosine similarity of their model
+updates with a distance threshold, a separate model per cluster from then on, and a final
+local fine-tune. Serverless, at ``cluster_round`` every device also sends its update of that
+round (weights after local training minus before); each device clusters itself and its
+neighbours (average-linkage agglomerative clustering on cosine distance, cut at
+``threshold``) and from then on averages only with the neighbours in its own cluster. In the
+last ``fine_tune_rounds`` rounds it trains alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pydantic import Field
+from sklearn.cluster import AgglomerativeClustering
+
+from p2pfed.algorithms.base import DeviceContext, Options, Payload, Received, expect_array, register
+from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.learning.model import num_parameters
+from p2pfed.learning.regularisers import snapshot
+
+
+class FedClarOptions(Options):
+    cluster_round: int | None = Field(None, ge=0, description="round of the clustering; default half the rounds")
+    threshold: float = Field(0.5, gt=0, le=2, description="cosine distance that cuts the dendrogram")
+    fine_tune_rounds: int = Field(1, ge=0, description="final rounds of local fine-tuning")
+
+
+def cosine_distances(vectors: np.ndarray) -> np.ndarray:
+    """1 - cosine similarity between rows; a zero row is at distance 1 from everything else."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    dist = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
+    np.fill_diagonal(dist, 0.0)
+    return dist
+
+
+def cluster_of_first(updates: np.ndarray, threshold: float) -> np.ndarray:
+    """Indices of the rows clustered with row 0 (average linkage, cosine distance < threshold)."""
+    if len(updates) < 2:
+        return np.zeros(len(updates), dtype=np.int64)
+    labels = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
+                                     distance_threshold=threshold).fit_predict(cosine_distances(updates))
+    return np.flatnonzero(labels == labels[0])
+
+
+@register
+class FedClar(GossipAvg):
+    name = "fedclar"
+    message_kind = "fedclar/model"
+    Options = FedClarOptions
+    options: FedClarOptions
+
+    def __init__(self, ctx: DeviceContext, options: FedClarOptions) -> None:
+        super().__init__(ctx, options)
+        self.cluster_round = ctx.rounds // 2 if options.cluster_round is None else options.cluster_round
+        self.update: np.ndarray | None = None
+        self.cluster: set[int] | None = None  # peers averaged with, once clustered
+
+    def local_phase(self, round: int) -> bool:
+        return round >= self.ctx.rounds - self.options.fine_tune_rounds
+
+    def train(self, round: int) -> None:
+        if round != self.cluster_round:
+            return super().train(round)
+        before = snapshot(self.ctx.model)
+        super().train(round)
+        self.update = torch.cat([(p.detach() - before[n]).flatten()
+                                 for n, p in self.ctx.model.named_parameters()]).numpy()
+
+    def share(self, round: int) -> Payload | None:
+        payload = super().share(round)
+        if payload is not None and round == self.cluster_round and self.update is not None:
+            payload.tensors["update"] = self.update.astype(np.float32)
+        return payload
+
+    def check_payload(self, payload: Payload) -> None:
+        super().check_payload(payload)
+        if "update" in payload.tensors:
+            expect_array(payload, "update", (num_parameters(self.ctx.model),),
+                         check=lambda a: bool(np.isfinite(a).all()))
+
+    def mates(self, round: int, fresh: list[Received]) -> list[Received]:
+        if round == self.cluster_round and self.update is not None:
+            peers = [r for r in fresh if "update" in r.payload.tensors]
+            updates = np.stack([self.update] + [np.asarray(r.payload.tensors["update"], dtype=np.float32)
+                                                for r in peers])
+            chosen = cluster_of_first(updates, self.options.threshold)
+            self.cluster = {peers[i - 1].sender for i in chosen if i > 0}
+        if self.cluster is None:
+            return fresh
+        return [r for r in fresh if r.sender in self.cluster]
+
+    def stats(self) -> dict:
+        """How many neighbours each device kept in its cluster (once clustered)."""
+        return {} if self.cluster is None else {"cluster_peers": len(self.cluster)}

@@ -1,0 +1,45 @@
+"""``fedper``: the body is averaged with the neighbours, the head stays on the device.
+
+Follows FedPer (Arivazhagan et al., 2019, Sec. 3): base layers are shared and aggregated,
+personalisation layers never leave the device. Serverless, the base layers are averaged over
+the neighbourhood as in ``gossip-avg``; only they are sent, so fusion cannot touch the head.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from p2pfed.algorithms.base import DeviceContext, Options, register
+from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.learning.model import MLP
+
+
+class FedPerOptions(Options):
+    head_layers: int = Field(1, ge=1, description="last layers kept local (the head)")
+
+
+def split_body_head(model: MLP, head_layers: int) -> tuple[list[str], list[str]]:
+    """Parameter names of the shared body and of the local head (the last ``head_layers``)."""
+    num = len(model.layers)
+    if head_layers >= num:
+        raise ValueError(f"algorithm.head_layers: {head_layers} leaves no shared body in a "
+                         f"{num}-layer model; use at most {num - 1}")
+    body, head = [], []
+    for name, _ in model.named_parameters():
+        (head if int(name.split(".")[1]) >= num - head_layers else body).append(name)
+    return body, head
+
+
+@register
+class FedPer(GossipAvg):
+    name = "fedper"
+    message_kind = "fedper/body"
+    Options = FedPerOptions
+    options: FedPerOptions
+
+    def __init__(self, ctx: DeviceContext, options: FedPerOptions) -> None:
+        super().__init__(ctx, options)
+        self.body, self.head = split_body_head(ctx.model, options.head_layers)
+
+    def shared_names(self) -> list[str]:
+        return self.body

@@ -1,0 +1,47 @@
+"""``protohar``: FedRep's shared representation plus FedProto's prototype pull on it.
+
+Follows ProtoHAR (Cheng et al., IEEE JBHI 2023) as the FedSub papers describe it (journal
+Sec. 2 and 4.2 [10122911]; ubiquitous Sec. 2): clients share their class prototypes *and* the
+representation network that produced them; after aggregation each client trains its local
+classifier on the global representation, then the representation guided by the global
+prototypes. It is therefore not an alias of ``fedproto``, which shares no weights: here the
+body is averaged with the neighbours (``fedrep``'s split and head-then-body schedule) and the
+body phase adds ``proto_weight``·MSE(f(x), averaged prototype of y).
+"""
+
+from __future__ import annotations
+
+from p2pfed.algorithms.base import Payload, register
+from p2pfed.algorithms.fedrep import FedRep, FedRepOptions
+from p2pfed.algorithms.prototype_sharing import PrototypeOptions, PrototypeSharing
+from p2pfed.learning.training import ExtraLoss
+
+
+class ProtoHAROptions(FedRepOptions, PrototypeOptions):
+    pass
+
+
+@register
+class ProtoHAR(FedRep, PrototypeSharing):
+    name = "protohar"
+    message_kind = "protohar/body-prototypes"
+    Options = ProtoHAROptions
+    options: ProtoHAROptions
+
+    def body_loss(self) -> ExtraLoss | None:
+        return self.prototype_term()
+
+    def share(self, round: int) -> Payload | None:
+        payload = super().share(round)
+        if payload is None:
+            return None
+        meta, tensors = self.prototype_parts()
+        return Payload(meta={**payload.meta, **meta}, tensors={**payload.tensors, **tensors})
+
+    def check_payload(self, payload: Payload) -> None:
+        super().check_payload(payload)
+        self.parse_prototypes(payload)
+
+    def fuse(self, round: int, now: float) -> None:
+        super().fuse(round, now)
+        self.average_cached_prototypes()

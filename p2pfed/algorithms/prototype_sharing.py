@@ -1,0 +1,75 @@
+"""Sharing class prototypes and pulling local features toward their neighbourhood average.
+
+The common part of FedProto and ProtoHAR (FedSub journal Sec. 2 [Tan_Long_LIU_Zhou_Lu_Jiang_
+Zhang_2022], [10122911]): a device sends the mean feature of each class it holds, averages the
+prototypes it holds from itself and its peers per class (weighted by sample counts), and adds
+``proto_weight``·MSE(f(x), prototype of y) to its local loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from p2pfed.algorithms.base import Algorithm, ArtifactError, Options, Payload, expect_array
+from p2pfed.learning.prototypes import average_prototypes, class_prototypes
+from p2pfed.learning.regularisers import prototype_loss
+from p2pfed.learning.training import ExtraLoss
+
+
+class PrototypeOptions(Options):
+    proto_weight: float = Field(1.0, ge=0, description="weight of the prototype pull")
+
+
+Entry = tuple[np.ndarray, np.ndarray, np.ndarray]  # classes, prototypes, counts
+
+
+class PrototypeSharing(Algorithm):
+    """Mixin for methods that share prototypes; keeps the averaged prototypes between rounds."""
+
+    options: Any  # a PrototypeOptions subclass
+    averaged: tuple[torch.Tensor, torch.Tensor] | None = None  # (prototypes, known)
+    own_prototypes: Entry | None = None
+
+    def prototype_parts(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """This device's prototypes as payload meta and tensors (computed from the current model)."""
+        ctx = self.ctx
+        classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
+        self.own_prototypes = (classes, protos, counts)
+        return ({"proto_classes": [int(c) for c in classes], "proto_counts": [int(n) for n in counts]},
+                {"prototypes": protos})
+
+    def parse_prototypes(self, payload: Payload) -> Entry:
+        classes, counts = payload.meta.get("proto_classes"), payload.meta.get("proto_counts")
+        nc = self.ctx.num_classes
+        if (not isinstance(classes, list) or len(set(classes)) != len(classes)
+                or not all(isinstance(c, int) and 0 <= c < nc for c in classes)):
+            raise ArtifactError(f"meta 'proto_classes' must be distinct class ids in 0..{nc - 1}, "
+                                f"got {classes!r}")
+        if (not isinstance(counts, list) or len(counts) != len(classes)
+                or not all(isinstance(n, int) and n > 0 for n in counts)):
+            raise ArtifactError("meta 'proto_counts' must be one int > 0 per class")
+        dim = self.ctx.model.layers[-1].in_features
+        protos = expect_array(payload, "prototypes", (len(classes), dim),
+                              check=lambda a: bool(np.isfinite(a).all()))
+        return (np.asarray(classes, dtype=np.int64), np.asarray(protos, dtype=np.float32),
+                np.asarray(counts, dtype=np.int64))
+
+    def average_cached_prototypes(self) -> None:
+        """Average this device's and its cached peers' newest prototypes, class by class."""
+        entries = [self.parse_prototypes(r.payload) for _, r in sorted(self.cache.items())]
+        if self.own_prototypes is not None:
+            entries.append(self.own_prototypes)
+        if entries:
+            self.averaged = average_prototypes(entries, self.ctx.num_classes,
+                                               self.ctx.model.layers[-1].in_features)
+
+    def prototype_term(self) -> ExtraLoss | None:
+        """The pull toward the averaged prototypes, once there are any."""
+        if self.averaged is None:
+            return None
+        protos, known = self.averaged
+        return prototype_loss(protos, known, self.options.proto_weight)
