@@ -24,6 +24,14 @@ def _load(args: argparse.Namespace) -> LoadedScenario:
     return load_scenario(args.scenario, args.overrides, args.seed)
 
 
+def _length(sc) -> str:
+    """How long a run is: rounds, or simulated time over contacts."""
+    if sc.contacts.kind == "none":
+        return f"{sc.rounds} rounds"
+    duration = f"{sc.contacts.duration_s:g} s" if sc.contacts.duration_s else "the trace's span"
+    return f"{sc.contacts.kind} contacts for {duration}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from p2pfed.engine.runner import run_scenario
     from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
@@ -33,7 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         loaded = loaded.with_algorithm(args.algorithm)
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}"
-    print(f"running {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, seed {sc.seed}",
+    print(f"running {loaded.source}: {sc.algorithm.name}, {_length(sc)}, seed {sc.seed}",
           file=sys.stderr)
     summary = run_scenario(loaded, out, progress=not args.quiet)
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
@@ -51,7 +59,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{loaded.scenario.name}-compare"
     summaries, rounds = [], {}
     for name, run in zip(names, runs):
-        print(f"[{name}] {run.scenario.rounds} rounds", file=sys.stderr)
+        print(f"[{name}] {_length(run.scenario)}", file=sys.stderr)
         summaries.append(run_scenario(run, out / name, progress=not args.quiet))
         from p2pfed.results.files import read_csv
         rounds[name] = read_csv(out / name / "rounds.csv")

@@ -1,7 +1,8 @@
 """Reading, overriding and validating scenario files, with one clear line per problem.
 
-Relative paths inside a scenario (``dataset.path``, ``topology.file``, ``contacts.file``) are resolved against the
-scenario file's own folder, so a scenario runs the same from any working directory.
+Relative paths inside a scenario (``dataset.path``, ``topology.file``, ``contacts.file``) are
+resolved against the scenario file's own folder, so a scenario runs the same from any working
+directory.
 """
 
 from __future__ import annotations
