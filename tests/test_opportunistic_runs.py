@@ -46,6 +46,31 @@ def test_each_contact_source_runs_from_a_scenario(repo_root, tmp_path, kind):
     assert sum(int(d["bytes_wasted"]) for d in devices) == comm["bytes_wasted"]
     assert sum(int(d["transfers_aborted"]) for d in devices) == comm["transfers_aborted"]
     assert s["asynchronous"]["trainings_per_device"] == s["rounds"] == 10.0
+    assert (out / "contacts.png").stat().st_size > 1000
+
+
+def test_algorithms_see_their_current_neighbours(repo_root):
+    from p2pfed.engine.contacts import ContactPlan, make_contact
+    from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
+    from p2pfed.results.recorder import Recorder
+    from p2pfed.scenario.build import load_scenario_dataset
+
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL[:3])
+    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    plan = ContactPlan(6, [make_contact(0, 1, 10.0, 20.0, 1e6, 0.0), make_contact(0, 4, 15.0, 30.0, 1e6, 0.0)])
+    sim = OpportunisticSimulation(algos, plan, AsyncSchedule(duration_s=40.0, train_period_s=100.0,
+                                                             eval_every_s=40.0),
+                                  Recorder(6), np.random.default_rng(0), max_message_bytes=2**22)
+    seen = []
+
+    def watch():
+        for t in (5.0, 12.0, 17.0, 25.0, 35.0):
+            yield sim.env.timeout(t - sim.env.now)
+            seen.append(algos[0].ctx.neighbours())
+
+    sim.env.process(watch())
+    sim.run()
+    assert seen == [[], [1], [1, 4], [4], []]
 
 
 def test_trace_scenario_and_churn(repo_root, tmp_path):

@@ -68,6 +68,8 @@ class DeviceContext:
     torch_generator: torch.Generator
     rounds: int  # total rounds of the run: methods with a final local phase need to know the end
     shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
+    # The devices this one can reach right now, as the runtime sees them (set by the runtime).
+    neighbours: Callable[[], list[int]] | None = None
 
     def __post_init__(self) -> None:
         self.x_train = torch.as_tensor(self.device.x_train, dtype=torch.float32)

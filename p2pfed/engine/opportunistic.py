@@ -116,6 +116,9 @@ class OpportunisticSimulation:
         self.news = [self.env.event() for _ in range(n)]
         self.switched = [self.env.event() for _ in range(n)]
         self.went_offline = [self.env.event() for _ in range(n)]
+        for i, algo in enumerate(algorithms):
+            if getattr(algo, "ctx", None) is not None:
+                algo.ctx.neighbours = lambda i=i: self.plan.neighbours(i, float(self.env.now))
 
     def _pulse(self, events: list[simpy.Event], i: int) -> None:
         ev, events[i] = events[i], self.env.event()

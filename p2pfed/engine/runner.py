@@ -17,7 +17,7 @@ from tqdm import tqdm
 from p2pfed.algorithms import Algorithm
 from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.engine.churn import churn_intervals
-from p2pfed.engine.contacts import build_contact_plan
+from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.engine.topology import build_topology
@@ -53,15 +53,20 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
     algorithms = build_algorithms(loaded, dataset)
     recorder = Recorder(n)
     rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1])
+    plan = None
     if sc.contacts.kind == "none":
         sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, rng, progress)
     else:
-        sim_time, extra = _run_contacts(loaded, algorithms, graph, recorder, rng, progress)
+        sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, rng, progress)
     summary = build_summary(loaded, recorder, algorithms, devices=n, sim_time_s=sim_time,
                             wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
     if out_dir is not None:
         write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices])
+        if plan is not None:
+            from p2pfed.results.plots import plot_contacts
+            plot_contacts(plan, [round(sim_time * f) for f in (0.25, 0.5, 0.75)],
+                          Path(out_dir) / "contacts.png", title=f"{sc.name}: contact graph snapshots")
     return summary
 
 
@@ -90,7 +95,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
 
 
 def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                  rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any]]:
+                  rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any], ContactPlan]:
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
@@ -125,4 +130,4 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, re
         "rounds": stats["trainings_per_device"],
         "contacts": {"kind": c.kind, **{k: round_float(v, 4) for k, v in plan.stats(duration).items()}},
         "asynchronous": {k: None if v is None else round_float(v, 4) for k, v in stats.items()},
-    }
+    }, plan

@@ -50,6 +50,8 @@ class Simulation:
         self.max_message_bytes = max_message_bytes
         self.on_round = on_round
         self.delivery = Delivery(algorithms, recorder, max_message_bytes)
+        for i, algo in enumerate(algorithms):
+            algo.ctx.neighbours = lambda i=i: sorted(graph.neighbors(i))
         # One FIFO per direction of each edge: transfers on a link queue behind each other.
         self.links = {(a, b): simpy.Resource(self.env, capacity=1)
                       for u, v in graph.edges for a, b in ((u, v), (v, u))}

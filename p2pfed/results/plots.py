@@ -40,3 +40,21 @@ def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: st
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_contacts(plan, times: list[float], path: Path, title: str = "") -> None:
+    """Snapshots of the contact graph at the given simulated times, side by side (circular layout,
+    so a device keeps its place from one panel to the next)."""
+    import networkx as nx
+
+    fig, axes = plt.subplots(1, len(times), figsize=(3.6 * len(times), 3.8), squeeze=False)
+    for ax, t in zip(axes[0], times):
+        g = plan.snapshot(t)
+        nx.draw_circular(g, ax=ax, node_size=60, node_color="tab:blue", edge_color="tab:orange",
+                         width=1.5, with_labels=False)
+        ax.set_title(f"t = {t:g} s: {g.number_of_edges()} contacts", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

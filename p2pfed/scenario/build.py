@@ -5,6 +5,8 @@ Shared by the simulation and the real-peer runtime so both build devices the sam
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -33,6 +35,14 @@ def device_seeds(seed: int, num_devices: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(seed).spawn(num_devices)
 
 
+def device_rounds(sc) -> int:
+    """Rounds a device runs: the scenario's, or with contacts the trainings expected in
+    ``contacts.duration_s`` (methods with a final local phase need to know the end)."""
+    if sc.contacts.kind == "none" or sc.contacts.duration_s is None:
+        return sc.rounds
+    return max(1, math.ceil(sc.contacts.duration_s / sc.asynchronous.train_period_s))
+
+
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
                     shared: dict | None = None) -> Algorithm:
     """The scenario's method for one device. Every device starts from the same initial weights
@@ -44,7 +54,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
-                        rng=np.random.default_rng(seq), torch_generator=gen, rounds=sc.rounds,
+                        rng=np.random.default_rng(seq), torch_generator=gen, rounds=device_rounds(sc),
                         shared=shared if shared is not None else {})
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))
