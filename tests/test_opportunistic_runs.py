@@ -1,6 +1,5 @@
 """Whole opportunistic runs from scenario files: every contact source, results files, bad input."""
 
-import copy
 import csv
 import json
 
@@ -10,7 +9,6 @@ import torch
 
 from p2pfed.algorithms.base import Payload, Received
 from p2pfed.cli.main import main
-from p2pfed.data import load_dataset
 from p2pfed.engine.runner import run_scenario
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import ScenarioError, load_scenario
@@ -37,7 +35,7 @@ def test_each_contact_source_runs_from_a_scenario(repo_root, tmp_path, kind):
     s = json.loads((out / "summary.json").read_text())
     comm = s["comm"]
     assert s["contacts"]["kind"] == kind and s["contacts"]["contacts"] > 0
-    assert comm["transfers_started"] >= comm["transfers_completed"] + comm["transfers_aborted"] - 6 * 6
+    assert comm["transfers_started"] >= comm["transfers_completed"] + comm["transfers_aborted"]  # rest in flight
     assert comm["transfers_completed"] > 0 and comm["bytes_sent_total"] > 0
     rows = list(csv.DictReader((out / "rounds.csv").open()))
     assert [float(r["sim_time_s"]) for r in rows] == [150.0, 300.0, 450.0, 600.0]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from p2pfed.algorithms.base import Algorithm, Payload, Received
+from p2pfed.algorithms.base import Algorithm, Received
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, encode_share
 from p2pfed.results.recorder import Recorder
