@@ -249,7 +249,8 @@ class OpportunisticSimulation:
         interval = self._interval()
         self.recorder.sent(src, size, interval)
         self.recorder.transfer_completed(src)
-        self.state[dst].have[offer.key] = offer.version   # even if lost or refused: not offered again
+        have = self.state[dst].have   # even if lost or refused: not offered again
+        have[offer.key] = max(have.get(offer.key, offer.version), offer.version)
         if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
             self.recorder.lost(src, dst, size, interval)
             return
