@@ -169,3 +169,15 @@ def test_fedsub_peer_known_only_by_prototypes_does_not_change_parameters(repo_ro
     me.fuse(0, 1.0)
     assert all(torch.equal(a, b) for a, b in zip(before, me.ctx.model.parameters()))
     assert not any(r.fresh for r in me.cache.values())
+
+
+def test_every_registered_method_runs_over_contacts(repo_root):
+    from p2pfed.algorithms import ALGORITHMS
+
+    base = load_scenario(repo_root / "scenarios" / "opportunistic-trace-example.yaml",
+                         ["contacts.duration_s=600", "evaluation.every_s=600"])
+    for name in sorted(ALGORITHMS):
+        s = run_scenario(base.with_algorithm(name), progress=False)
+        assert s["asynchronous"]["trainings_per_device"] == 10.0, name
+        # fedhome's default 10 fine-tune rounds cover all 10 trainings: it never sends, by design
+        assert (s["comm"]["transfers_started"] > 0) == (name not in ("local", "fedhome")), name

@@ -155,7 +155,7 @@ class FedSub(Algorithm):
         return Payload(meta=meta, tensors=tensors)
 
     def share_parts(self, round: int) -> list[Payload]:
-        """Prototypes first (a few hundred bytes), then the subnetworks, as separate messages."""
+        """Prototypes first (a few kB), then the subnetworks (most of the model), as separate messages."""
         whole = self.share(round)
         protos = {"prototypes": whole.tensors["prototypes"]}
         rest = {k: v for k, v in whole.tensors.items() if k != "prototypes"}
