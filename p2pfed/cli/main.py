@@ -97,7 +97,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     try:
         summary = launch(loaded, Path(args.scenario) if args.scenario else None, args.overrides, args.seed,
                          out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
-                         round_timeout_s=args.round_timeout, verbose=args.verbose)
+                         start_timeout_s=args.start_timeout, round_timeout_s=args.round_timeout,
+                         verbose=args.verbose)
     except RuntimeError as exc:
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
@@ -149,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", type=int, help="number of peers (must equal the scenario's devices)")
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>-peers)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
+    p.add_argument("--start-timeout", type=float, default=120.0,
+                   help="seconds a peer waits for its neighbours to start (round 0)")
     p.add_argument("--round-timeout", type=float, default=30.0, help="seconds a peer waits for neighbours")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before unfinished peers are killed")
     p.set_defaults(func=cmd_launch)

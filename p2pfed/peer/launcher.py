@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -145,15 +146,19 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
 
 def launch(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
            out: Path, peers: int | None, *, insecure: bool, timeout_s: float = 3600.0,
-           round_timeout_s: float = 30.0, verbose: bool = False) -> dict[str, Any]:
+           start_timeout_s: float = 120.0, round_timeout_s: float = 30.0,
+           verbose: bool = False) -> dict[str, Any]:
     """Prepare, run and merge; raises RuntimeError naming the peers that failed."""
     started = time.perf_counter()
     plan = prepare(loaded, scenario_file, overrides, seed, out, peers, insecure=insecure,
-                   round_timeout_s=round_timeout_s)
+                   start_timeout_s=start_timeout_s, round_timeout_s=round_timeout_s)
+    # SIGTERM must still run the cleanup below, or the peers would outlive the launcher.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     procs = [spawn(c, insecure=insecure, verbose=verbose) for c in plan.configs]
     try:
         codes = wait_all(procs, timeout_s)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for p in procs:
             if p.poll() is None:
                 p.kill()
