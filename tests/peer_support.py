@@ -20,14 +20,15 @@ TINY = ["dataset.synthetic.num_devices=3", "dataset.synthetic.samples_per_class=
         "model.hidden=[8,16]", "rounds=3"]
 
 
-def write_peer_files(tmp: Path, n: int = 3, *, secure: bool = True, **extra) -> list[Path]:
+def write_peer_files(tmp: Path, n: int = 3, *, secure: bool = True, overrides: list[str] = (),
+                     **extra) -> list[Path]:
     """Peer files for a complete graph of ``n`` tiny peers on free loopback ports."""
     ports = free_ports(n)
     if secure:
         make_keys(tmp / "keys", [f"peer-{i}" for i in range(n)])
     paths = []
     for i in range(n):
-        cfg = {"id": i, "scenario": str(SCENARIO), "overrides": TINY, "listen": f"tcp://127.0.0.1:{ports[i]}",
+        cfg = {"id": i, "scenario": str(SCENARIO), "overrides": TINY + list(overrides), "listen": f"tcp://127.0.0.1:{ports[i]}",
                "neighbours": [{"id": j, "endpoint": f"tcp://127.0.0.1:{ports[j]}",
                                **({"public_key": f"keys/peer-{j}.key"} if secure else {})}
                               for j in range(n) if j != i],

@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+    quiet_level = logging.WARNING if args.command == "peer" else logging.ERROR  # a peer logs its drops
+    logging.basicConfig(level=logging.INFO if args.verbose else quiet_level,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)

@@ -46,6 +46,7 @@ class PeerConfig(_Section):
     out: str = Field("peer-out", description="results and checkpoint folder")
     start_timeout_s: float = Field(120.0, gt=0, description="round 0: wait for neighbours to start")
     round_timeout_s: float = Field(30.0, gt=0, description="later rounds: wait for neighbours' artifacts")
+    round_period_s: float = Field(0.0, ge=0, description="wall-clock length of a round at least (0: no pacing)")
     max_bad_messages: int = Field(20, ge=1, description="bad messages tolerated per peer before ignoring it")
     start_time: float | None = Field(None, description="unix time that elapsed times count from")
 

@@ -99,10 +99,10 @@ def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], s
 
 
 def spawn(config: Path, *, insecure: bool, verbose: bool = False) -> subprocess.Popen:
-    """Start one ``p2pfed peer`` process; its output goes to ``peer.log`` next to its config."""
+    """Start one ``p2pfed peer`` process; its output goes to a ``.log`` file beside its config."""
     cmd = [sys.executable, "-m", "p2pfed.cli.main"] + (["-v"] if verbose else []) + \
           ["peer", "--config", str(config)] + (["--insecure"] if insecure else [])
-    log = (config.parent / "peer.log").open("ab")
+    log = config.with_suffix(".log").open("ab")
     try:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
     finally:

@@ -212,7 +212,9 @@ class Peer:
 
     def _wait_for(self, r: int) -> None:
         """Until every live neighbour's round-``r`` artifacts are in, or the round's deadline."""
-        timeout = self.config.start_timeout_s if r == self.next_round_at_start else self.config.round_timeout_s
+        # Only a fresh start waits long for neighbours to come up; a resumed peer's are running.
+        fresh_start = r == self.next_round_at_start == 0
+        timeout = self.config.start_timeout_s if fresh_start else self.config.round_timeout_s
         deadline = time.monotonic() + timeout
         while True:
             waiting = [n for n in self.endpoints
@@ -259,11 +261,14 @@ class Peer:
         self.next_round_at_start = self.next_round
         algo = self.algo
         for r in range(self.next_round, sc.rounds):
+            round_end = time.monotonic() + self.config.round_period_s
             algo.train(r)
             payload = algo.share(r)
             if payload is not None:
                 self._share(r, payload)
             self._wait_for(r)
+            while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
+                self.poll(min(left, POLL_SLICE_S))
             algo.fuse(r, time.time())
             if (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1:
                 self.history.append(round_entry(r + 1, time.time(), algo.evaluate(), self.counters))
