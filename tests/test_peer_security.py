@@ -87,6 +87,12 @@ def test_secure_by_default_needs_keys_insecure_does_not(tmp_path, capsys):
     assert load_peer_config(path, insecure=True).config.id == 0
 
 
+def test_launch_refuses_a_peer_count_the_scenario_does_not_have(capsys):
+    from tests.peer_support import SCENARIO, TINY
+    assert main(["launch", str(SCENARIO), "--peers", "5", *sum((["--set", s] for s in TINY), [])]) == 2
+    assert "--peers 5: the scenario" in capsys.readouterr().err
+
+
 # -- a live peer -------------------------------------------------------------------------------
 def test_only_allowlisted_keys_get_through_and_identity_is_checked(tmp_path, ctx):
     peer = live_peer(tmp_path)

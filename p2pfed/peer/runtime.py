@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 import time
 from collections import Counter
@@ -124,7 +125,8 @@ class Peer:
         if self.auth is not None:
             self.auth.stop()
             self.auth = None
-        self.context.term()
+        if not self.context.closed:
+            self.context.term()
 
     # -- messages ----------------------------------------------------------------------------
     def _drop(self, who: int | None, reason: str, detail: str) -> None:
@@ -304,7 +306,10 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     if insecure:
         insecure_warning(f"peer {loaded.config.id}")
     peer = Peer(loaded, insecure=insecure)
+    # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         return peer.run()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         peer.close()
