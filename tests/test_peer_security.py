@@ -112,10 +112,10 @@ def test_only_allowlisted_keys_get_through_and_identity_is_checked(tmp_path, ctx
         one = client(ctx, ep, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
         send_and_handle(peer, one, good)
         assert count(peer) == (1, 0) and 1 in peer.algo.cache
-        # Peer 2's key, claiming to be peer 1: dropped as an identity failure.
+        # Peer 2's key, claiming to be peer 1: dropped as an identity failure, logged with the id.
         two = client(ctx, ep, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-2.key_secret")
         send_and_handle(peer, two, good)
-        assert count(peer) == (1, 1) and peer.drop_reasons == {"artifact": 1}
+        assert count(peer) == (1, 1) and peer.drop_reasons == {"identity": 1}
         assert peer.bad == {2: 1}
     finally:
         peer.close()
@@ -153,6 +153,7 @@ def _malformed(good: Message, blob: bytes):
     non_finite = st.tuples(st.integers(0, protos.size - 1), st.sampled_from([np.nan, np.inf, -np.inf])).map(
         lambda t: with_(tensors={**good.tensors, "prototypes": _set_flat(protos, *t)}))
     other_sender = st.integers(0, 2**31).filter(lambda s: s != good.sender).map(lambda s: with_(sender=s))
+    past_the_run = st.integers(3, 2**40).map(lambda k: with_(round=k))  # TINY has 3 rounds
     other_kind = st.from_regex(r"[a-z0-9/_-]{1,20}", fullmatch=True).filter(
         lambda k: k != good.kind).map(lambda k: with_(kind=k))
     bad_shape = st.lists(st.integers(0, 6), min_size=1, max_size=3).filter(
@@ -166,7 +167,7 @@ def _malformed(good: Message, blob: bytes):
                               lambda c: st.lists(c, max_size=3), max_leaves=6)
     bad_meta = st.tuples(st.sampled_from(["classes", "scores"]), json_value).filter(
         lambda kv: kv[1] != good.meta[kv[0]]).map(lambda kv: with_(meta={**good.meta, kv[0]: kv[1]}))
-    return st.one_of(garbage, truncated, trailing, non_finite, other_sender, other_kind, bad_shape,
+    return st.one_of(garbage, truncated, trailing, non_finite, other_sender, past_the_run, other_kind, bad_shape,
                      bad_dtype, missing, bad_meta)
 
 
@@ -196,7 +197,7 @@ def test_fuzz_1000_malformed_messages_no_crash_all_counted(tmp_path, ctx):
         feed()
         assert sent >= 1000 and count(peer) == (0, sent)
         assert sum(peer.drop_reasons.values()) == sent and "internal" not in peer.drop_reasons
-        assert {"codec:bad-magic", "codec:truncated", "codec:not-finite", "artifact"} <= set(peer.drop_reasons), \
+        assert {"codec:bad-magic", "codec:truncated", "codec:not-finite", "identity", "artifact"} <= set(peer.drop_reasons), \
             peer.drop_reasons
         # and the peer still works afterwards
         send_and_handle(peer, sock, blob)

@@ -68,6 +68,10 @@ def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], s
         hint = ("--set dataset.synthetic.num_devices=N" if sc.dataset.name == "synthetic"
                 else "--set dataset.users=[...]")
         raise ValueError(f"--peers {peers}: the scenario {loaded.source} has {n} devices ({hint} to change it)")
+    stale = sorted(out.glob("peers/peer-*/checkpoint.pt"))
+    if stale:
+        raise ValueError(f"{out}: holds checkpoints of an earlier launch ({stale[0]}); peers would resume "
+                         "from them — choose another --out or delete that folder")
     graph = build_graph(loaded, n)
     ports = free_ports(n)
     endpoints = [f"tcp://{LOOPBACK}:{p}" for p in ports]

@@ -52,6 +52,10 @@ def insecure_warning(what: str) -> None:
           file=sys.stderr, flush=True)
 
 
+class IdentityError(ArtifactError):
+    """A message whose claimed sender is not the key it came with, or not a neighbour."""
+
+
 class Peer:
     """One device as a process: its algorithm, its sockets, its counters and its loop."""
 
@@ -165,9 +169,11 @@ class Peer:
                     self._drop(who, "ignored", "")
                     return False
             if who is not None and msg.sender != who:
-                raise ArtifactError(f"claims to be peer {msg.sender} but was sent with peer {who}'s key")
+                raise IdentityError(f"claims to be peer {msg.sender} but was sent with peer {who}'s key")
             if msg.sender not in self.endpoints:
-                raise ArtifactError(f"claims to be peer {msg.sender}, not a neighbour")
+                raise IdentityError(f"claims to be peer {msg.sender}, not a neighbour")
+            if msg.round >= self.loaded.scenario.rounds:
+                raise ArtifactError(f"round {msg.round} is past the run's {self.loaded.scenario.rounds} rounds")
             if msg.kind != self.algo.message_kind:
                 raise ArtifactError(f"kind {msg.kind!r}, expected {self.algo.message_kind!r}")
             self.algo.receive(Received(sender=msg.sender, round=msg.round, sent_at=msg.sent_at,
@@ -175,6 +181,9 @@ class Peer:
                                        payload=Payload(dict(msg.meta), dict(msg.tensors))))
         except CodecError as exc:
             self._drop(who, f"codec:{exc.reason}", str(exc))
+            return False
+        except IdentityError as exc:
+            self._drop(who, "identity", str(exc))
             return False
         except ArtifactError as exc:
             self._drop(who, "artifact", str(exc))
@@ -190,7 +199,8 @@ class Peer:
         return True
 
     def poll(self, timeout_s: float) -> bool:
-        """Handle every message that arrives within ``timeout_s`` of the first; False if none came."""
+        """Wait up to ``timeout_s`` for a message, then handle it and all queued behind it;
+        False if none came."""
         frame = self.mailbox.receive_frame(int(timeout_s * 1000))
         if frame is None:
             return False
@@ -266,9 +276,9 @@ class Peer:
             round_end = time.monotonic() + self.config.round_period_s
             algo.train(r)
             payload = algo.share(r)
-            if payload is not None:
+            if payload is not None:  # every peer runs the same method: none waits if none shares
                 self._share(r, payload)
-            self._wait_for(r)
+                self._wait_for(r)
             while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
             algo.fuse(r, time.time())
