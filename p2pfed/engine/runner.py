@@ -12,11 +12,10 @@ from tqdm import tqdm
 
 from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.engine.simulation import RoundSchedule, Simulation
-from p2pfed.engine.topology import build_topology
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.summary import build_summary
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms, build_graph, load_scenario_dataset
 from p2pfed.scenario.loader import LoadedScenario
 from p2pfed.transport import Message, encode
 
@@ -36,10 +35,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
     wall_start = time.perf_counter()
     dataset = load_scenario_dataset(loaded)
     n = len(dataset.devices)
-    topo = sc.topology
-    graph = build_topology(topo.kind, n, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
-                           file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
-                           latency_s=topo.latency_s)
+    graph = build_graph(loaded, n)
     algorithms = build_algorithms(loaded, dataset)
     recorder = Recorder(n)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,

@@ -5,11 +5,13 @@ Shared by the simulation and the real-peer runtime so both build devices the sam
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
-from p2pfed.data import FederatedDataset, load_dataset
+from p2pfed.data import DeviceData, FederatedDataset, load_dataset
+from p2pfed.engine.topology import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, algorithm_options
@@ -34,12 +36,16 @@ def device_seeds(seed: int, num_devices: int) -> list[np.random.SeedSequence]:
 
 
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
-                    shared: dict | None = None) -> Algorithm:
+                    shared: dict | None = None, device: DeviceData | None = None) -> Algorithm:
     """The scenario's method for one device. Every device starts from the same initial weights
-    (drawn from the scenario seed), as a server's first broadcast would give them."""
+    (drawn from the scenario seed), as a server's first broadcast would give them.
+
+    ``device`` replaces the dataset's device ``device_id`` (a real peer's own data); it must fit
+    the federation's model (same features and classes)."""
     sc = loaded.scenario
-    device = dataset.devices[device_id]
-    seq = device_seeds(sc.seed, len(dataset.devices))[device_id]
+    device = dataset.devices[device_id] if device is None else device
+    # spawn(n)[i] depends on i only, so a peer gets its stream without knowing n.
+    seq = device_seeds(sc.seed, device_id + 1)[device_id]
     gen = torch.Generator().manual_seed(int(seq.generate_state(1)[0]))
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
@@ -48,6 +54,14 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
                         shared=shared if shared is not None else {})
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))
+
+
+def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
+    """The scenario's network graph over ``num_devices`` devices."""
+    sc, topo = loaded.scenario, loaded.scenario.topology
+    return build_topology(topo.kind, num_devices, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
+                          file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
+                          latency_s=topo.latency_s)
 
 
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
