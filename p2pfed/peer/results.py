@@ -9,6 +9,7 @@ peer's own results are the merge of one history.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,18 @@ def merge(peers: list[dict[str, Any]], start_time: float) -> Recorder:
     for i, peer in enumerate(peers):
         for entry in peer["history"]:
             by_round.setdefault(entry["round"], {})[i] = entry
+    previous: Counter = Counter()
     for rnd in sorted(by_round):
         entries = by_round[rnd]
         for i, entry in entries.items():
             recorder.devices[i] = DeviceCounters(**entry["counters"])
-        recorder.evaluation(rnd, max(e["time"] for e in entries.values()) - start_time,
+        # Each peer's counters are running totals; the traffic of rounds (previous, rnd] is the
+        # difference, credited to round rnd like the simulator's per-round tallies.
+        now = Counter(recorder.counters())
+        delta = Counter({k: now[k] - previous[k] for k in now})
+        recorder.traffic(rnd - 1).update(delta)
+        previous = now
+        recorder.evaluation(rnd - 1, max(e["time"] for e in entries.values()) - start_time,
                             [Evaluation(e["f1_macro"], e["loss"], e["accuracy"])
                              for _, e in sorted(entries.items())])
     recorder.devices = [DeviceCounters(**p["counters"]) for p in peers]

@@ -273,17 +273,22 @@ class Peer:
         self.next_round_at_start = self.next_round
         algo = self.algo
         for r in range(self.next_round, sc.rounds):
+            # The simulator's round, in the same order: integrate what arrived, train, evaluate
+            # the model the device now holds, share, then collect the peers' artifacts.
             round_end = time.monotonic() + self.config.round_period_s
+            algo.fuse(r, time.time())
             algo.train(r)
+            evaluated = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
+            evaluation, evaluated_at = (algo.evaluate(), time.time()) if evaluated else (None, 0.0)
             payload = algo.share(r)
             if payload is not None:  # every peer runs the same method: none waits if none shares
                 self._share(r, payload)
+            if evaluation is not None:  # counters then include this round's sends, as in the simulator
+                self.history.append(round_entry(r + 1, evaluated_at, evaluation, self.counters))
+            if payload is not None:
                 self._wait_for(r)
             while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
-            algo.fuse(r, time.time())
-            if (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1:
-                self.history.append(round_entry(r + 1, time.time(), algo.evaluate(), self.counters))
             self.next_round = r + 1
             checkpoint.save(self.checkpoint_path, algo, next_round=r + 1, fingerprint=self.fingerprint,
                             runtime=self._runtime_state())

@@ -43,7 +43,7 @@ class Recorder:
         d = self.devices[src]
         d.bytes_sent += nbytes
         d.messages_sent += 1
-        self._traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
+        self.traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
 
     def delivered(self, dst: int, nbytes: int) -> None:
         d = self.devices[dst]
@@ -54,11 +54,17 @@ class Recorder:
         """A message (sent in ``round``) that never reached the algorithm: logged and counted."""
         self.devices[dst].messages_dropped += 1
         self.drop_reasons[reason] += 1
-        self._traffic(round).update(messages_dropped=1)
+        self.traffic(round).update(messages_dropped=1)
         log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
 
-    def _traffic(self, round: int) -> Counter:
+    def traffic(self, round: int) -> Counter:
+        """The traffic tallies of one round (sent in that round), created on first use."""
         return self.traffic_by_round.setdefault(round, Counter())
+
+    def counters(self) -> dict[str, int]:
+        """Traffic totals over all devices now (the rounds.csv traffic columns)."""
+        return {"bytes_sent_total": self.bytes_sent_total, "messages_sent": self.messages_sent,
+                "messages_dropped": self.messages_dropped}
 
     @property
     def bytes_sent_total(self) -> int:
