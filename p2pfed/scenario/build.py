@@ -10,6 +10,7 @@ import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
 from p2pfed.data import FederatedDataset, load_dataset
+from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, algorithm_options
@@ -53,3 +54,15 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
     shared: dict = {}
     return [build_algorithm(loaded, dataset, i, shared) for i in range(len(dataset.devices))]
+
+
+def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> ClassSchedule | None:
+    """The scenario's dynamic-data schedule (None: static data), drawn from its own seed stream."""
+    dyn = loaded.scenario.dynamic
+    if dyn.devices_fraction == 0:
+        return None
+    n = len(dataset.devices)
+    rng = np.random.default_rng(np.random.SeedSequence(loaded.scenario.seed).spawn(n + 2)[-1])
+    return draw_class_schedule([d.y_train for d in dataset.devices], devices_fraction=dyn.devices_fraction,
+                               max_removed_fraction=dyn.max_removed_fraction,
+                               return_every=dyn.return_every, rng=rng)
