@@ -255,3 +255,34 @@ dynamic: {devices_fraction: 0.5, max_removed_fraction: 0.7, return_every: 2}
     assert summary["algorithm_stats"]["predicted_classes_fused"] > 0
     assert summary["comm"]["messages_dropped"] == 0
     assert summary["final"]["f1_macro_mean"] is not None
+
+
+@pytest.mark.parametrize("float16", [False, True])
+def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit(repo_root, float16):
+    from p2pfed.algorithms.base import ArtifactError, Payload
+    from p2pfed.algorithms.fedsub import decode_subnetworks, encode_subnetworks
+    from p2pfed.learning.subnetworks import union_units
+    from p2pfed.transport import Message, decode, encode
+    algo = _build(repo_root, ["model.hidden=[13,30]", "algorithm.extraction=lrp-a1b0"])[0]
+    algo.train(0)
+    own, _ = algo._extract()
+    model = algo.ctx.model
+    tensors = encode_subnetworks(model, own.units, float16)
+    total_units = 13 + 30 + 4
+    assert tensors["units"].dtype == np.uint8 and tensors["units"].shape == (len(own.classes), 6)
+    msg = decode(encode(Message(kind="fedsub/artifacts", sender=0, round=0, sent_at=0.0, meta={},
+                                tensors=tensors)))
+    units, values = decode_subnetworks(model, own.classes, Payload({}, dict(msg.tensors)))
+    for c in own.classes:
+        assert [u.tolist() for u in units[c]] == [u.tolist() for u in own.units[c]]
+    union = union_units(own.units)
+    assert sum(int(u.sum()) for u in union) < total_units      # some rows are really left out
+    for i, layer in enumerate(model.layers):
+        rows = torch.as_tensor(union[i])
+        sent = values[f"layers.{i}.weight"]
+        torch.testing.assert_close(sent[rows], layer.weight.detach()[rows],
+                                   rtol=1e-3 if float16 else 0, atol=1e-3 if float16 else 0)
+        assert not bool(sent[~rows].any())
+    bad = dict(tensors, units=np.unpackbits(tensors["units"], axis=1, count=total_units).astype(bool))
+    with pytest.raises(ArtifactError, match="units"):
+        decode_subnetworks(model, own.classes, Payload({}, bad))

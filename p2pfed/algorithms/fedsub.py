@@ -94,10 +94,10 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
     classes = sorted(units)
     union = union_units(units)
     dtype = np.float16 if float16 else np.float32
-    tensors: dict[str, np.ndarray] = {
-        "units": np.stack([np.concatenate(units[c]) for c in classes]).astype(bool)
-        if classes else np.zeros((0, sum(l.out_features for l in model.layers)), dtype=bool)
-    }
+    total = sum(l.out_features for l in model.layers)
+    bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
+            else np.zeros((0, total), dtype=bool))
+    tensors: dict[str, np.ndarray] = {"units": np.packbits(bits, axis=1)}   # 8 units per byte
     for i, layer in enumerate(model.layers):
         rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.out_features, dtype=torch.bool)
         tensors[f"layers.{i}.weight"] = layer.weight.detach()[rows].numpy().astype(dtype)
@@ -108,7 +108,10 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
 def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
     """Inverse of ``encode_subnetworks``, checked against the local model's shapes."""
     sizes = [l.out_features for l in model.layers]
-    bits = expect_array(payload, "units", (len(classes), sum(sizes)), kinds="b")
+    packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
+    if packed.dtype != np.uint8:
+        raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
+    bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
     splits = np.cumsum(sizes)[:-1]
     units = {c: [np.array(part, dtype=bool) for part in np.split(bits[j], splits)]
              for j, c in enumerate(classes)}
