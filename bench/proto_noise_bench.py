@@ -1,21 +1,20 @@
 """Benchmark: how prototype noise degrades the per-class clustering (FedSub journal Sec. 3.3, Fig. 3).
 
 Every WISDM device (quickstart setting: 36 users, shared initial weights) trains locally for a
-few epochs, then computes its class prototypes (512-d penultimate features). For each class the
-clean prototypes are clustered with K chosen by the DBI sweep FedSub uses; then Gaussian noise of
+few epochs, then computes its class prototypes (512-d penultimate features). Gaussian noise of
 growing standard deviation is added, as ``algorithm.proto_noise: gaussian`` does on the wire, and
 we report, averaged over classes and noise draws:
 
-* DBI (lower is better) and Calinski–Harabasz (higher is better), scikit-learn, of K-means with
-  K fixed at the clean K (the paper fixes K to isolate the effect of the noise);
-* the adjusted Rand index between the noisy and the clean partition at that K, and the mean K the
-  DBI sweep would choose on the noisy prototypes (what FedSub actually does each round).
+* DBI (lower is better) and Calinski–Harabasz (higher is better), scikit-learn, of K-means with a
+  fixed K (``--k``; the paper fixes K to isolate the effect of the noise);
+* the adjusted Rand index between the noisy and the clean partition at that K;
+* the mean K that FedSub's own DBI sweep (K in 2..n-1) would choose on the noisy prototypes.
 
 Laplace noise with scale b has standard deviation sqrt(2)·b, so one sigma column covers both.
 The noise level is also given relative to the spread of the clean prototypes (the mean, over
 classes, of the per-coordinate standard deviation across devices).
 
-Run: python bench/proto_noise_bench.py [--epochs 5] [--draws 5]
+Run: python bench/proto_noise_bench.py [--epochs 5] [--draws 5] [--k 3]
 """
 
 from __future__ import annotations
@@ -36,12 +35,12 @@ from p2pfed.scenario.loader import load_scenario
 
 SIGMAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 COLUMNS = ["sigma", "sigma_vs_spread", "dbi", "dbi_std", "calinski_harabasz", "calinski_harabasz_std",
-           "ari_vs_clean", "dbi_sweep_k", "clean_k"]
+           "ari_vs_clean", "dbi_sweep_k", "k"]
 
 
 def wisdm_prototypes(epochs: int, seed: int) -> dict[int, np.ndarray]:
     """Class -> (devices holding it, d) prototypes after ``epochs`` local epochs on every device."""
-    loaded = load_scenario(None, ["algorithm.name=local", f"training.epochs={epochs}"], seed=seed)
+    loaded = load_scenario(None, ["algorithm={name: local}", f"training.epochs={epochs}"], seed=seed)
     algos = build_algorithms(loaded, load_scenario_dataset(loaded))
     per_class: dict[int, list[np.ndarray]] = {}
     for a in algos:
@@ -58,11 +57,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--k", type=int, default=3, help="fixed K of the clustering measured")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "proto_noise.csv"))
     args = parser.parse_args()
     protos = wisdm_prototypes(args.epochs, args.seed)
     spread = float(np.mean([p.std(axis=0).mean() for p in protos.values()]))
-    clean = {c: choose_k_by_dbi(p, seed=args.seed) for c, p in protos.items()}
+    clean = {c: KMeans(args.k, n_init=10, random_state=0).fit_predict(p) for c, p in protos.items()}
     rng = np.random.default_rng(args.seed)
     rows = []
     for sigma in SIGMAS:
@@ -70,13 +70,12 @@ def main() -> None:
         for _ in range(args.draws if sigma > 0 else 1):
             for c, p in protos.items():
                 noisy = p + rng.normal(0.0, sigma, size=p.shape) if sigma > 0 else p
-                k = clean[c].k
-                labels = KMeans(k, n_init=10, random_state=0).fit_predict(noisy)
+                labels = KMeans(args.k, n_init=10, random_state=0).fit_predict(noisy)
                 if len(set(labels)) < 2:
                     continue
                 dbi.append(davies_bouldin_score(noisy, labels))
                 ch.append(calinski_harabasz_score(noisy, labels))
-                ari.append(adjusted_rand_score(clean[c].labels, labels))
+                ari.append(adjusted_rand_score(clean[c], labels))
                 sweep_k.append(choose_k_by_dbi(noisy, seed=args.seed).k)
         rows.append({"sigma": sigma, "sigma_vs_spread": round(sigma / spread, 4),
                      "dbi": round(float(np.mean(dbi)), 4), "dbi_std": round(float(np.std(dbi)), 4),
@@ -84,7 +83,7 @@ def main() -> None:
                      "calinski_harabasz_std": round(float(np.std(ch)), 3),
                      "ari_vs_clean": round(float(np.mean(ari)), 4),
                      "dbi_sweep_k": round(float(np.mean(sweep_k)), 2),
-                     "clean_k": round(float(np.mean([r.k for r in clean.values()])), 2)})
+                     "k": args.k})
         print(", ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,11 +91,11 @@ def main() -> None:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    plot(rows, out.with_suffix(".png"), spread, args.epochs)
+    plot(rows, out.with_suffix(".png"), spread, args.epochs, args.k)
     print(f"wrote {out} and {out.with_suffix('.png')}")
 
 
-def plot(rows: list[dict], path: Path, spread: float, epochs: int) -> None:
+def plot(rows: list[dict], path: Path, spread: float, epochs: int, k: int) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -116,7 +115,7 @@ def plot(rows: list[dict], path: Path, spread: float, epochs: int) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle(f"WISDM per-class prototype clustering under Gaussian noise "
-                 f"(36 users, {epochs} local epochs, K fixed at the clean DBI choice)")
+                 f"(36 users, {epochs} local epochs, K-means with K = {k})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
