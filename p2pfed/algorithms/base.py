@@ -69,8 +69,10 @@ class DeviceContext:
     shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
 
     def __post_init__(self) -> None:
-        self.x_train = torch.as_tensor(self.device.x_train, dtype=torch.float32)
-        self.y_train = torch.as_tensor(self.device.y_train, dtype=torch.int64)
+        self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
+        self._y_all = torch.as_tensor(self.device.y_train, dtype=torch.int64)
+        self.x_train, self.y_train = self._x_all, self._y_all
+        self.visible_classes: frozenset[int] | None = None  # None: all training data
         self.x_test = torch.as_tensor(self.device.x_test, dtype=torch.float32)
         self.y_test = torch.as_tensor(self.device.y_test, dtype=torch.int64)
 
@@ -81,6 +83,22 @@ class DeviceContext:
     @property
     def num_samples(self) -> int:
         return int(self.y_train.shape[0])
+
+    def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
+        """Restrict the training data to ``classes`` (None: all of it), for data that appears
+        over time; test data stays complete. Called by the runtime at the start of a round, so
+        everything computed from the training data afterwards (training, prototypes, subnetworks,
+        scores) sees the new data. Returns whether the data changed."""
+        classes = None if classes is None else frozenset(int(c) for c in classes)
+        if classes == self.visible_classes:
+            return False
+        self.visible_classes = classes
+        if classes is None:
+            self.x_train, self.y_train = self._x_all, self._y_all
+        else:
+            keep = torch.isin(self._y_all, torch.as_tensor(sorted(classes), dtype=torch.int64))
+            self.x_train, self.y_train = self._x_all[keep], self._y_all[keep]
+        return True
 
 
 class Algorithm(ABC):

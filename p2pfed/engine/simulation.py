@@ -19,6 +19,7 @@ import simpy
 import zmq
 
 from p2pfed.algorithms.base import Algorithm, ArtifactError, Payload, Received
+from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.results.recorder import Recorder
 from p2pfed.transport import (CodecError, Mailbox, Message, Outbox, decode, encode, inproc_endpoint,
                               new_namespace)
@@ -65,7 +66,8 @@ class Simulation:
 
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
-                 on_round: Callable[[int, float], None] | None = None) -> None:
+                 on_round: Callable[[int, float], None] | None = None,
+                 class_schedule: ClassSchedule | None = None) -> None:
         self.env = simpy.Environment()
         self.algorithms = algorithms
         self.graph = graph
@@ -74,6 +76,7 @@ class Simulation:
         self.rng = rng
         self.max_message_bytes = max_message_bytes
         self.on_round = on_round
+        self.class_schedule = class_schedule
         self.network = InprocNetwork(len(algorithms), max_message_bytes)
         # One FIFO per direction of each edge: transfers on a link queue behind each other.
         self.links = {(a, b): simpy.Resource(self.env, capacity=1)
@@ -87,6 +90,8 @@ class Simulation:
         algo = self.algorithms[i]
         period = self.schedule.round_period_s
         for r in range(self.schedule.rounds):
+            if self.class_schedule is not None:
+                algo.ctx.set_visible_classes(self.class_schedule.visible(i, r))
             algo.fuse(r, self.env.now)
             if active_by_round[r, i]:
                 algo.train(r)

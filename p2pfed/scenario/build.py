@@ -11,6 +11,7 @@ import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
 from p2pfed.data import DeviceData, FederatedDataset, load_dataset
+from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.engine.topology import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
@@ -67,3 +68,15 @@ def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
     shared: dict = {}
     return [build_algorithm(loaded, dataset, i, shared) for i in range(len(dataset.devices))]
+
+
+def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> ClassSchedule | None:
+    """The scenario's dynamic-data schedule (None: static data), drawn from its own seed stream."""
+    dyn = loaded.scenario.dynamic
+    if dyn.devices_fraction == 0:
+        return None
+    n = len(dataset.devices)
+    rng = np.random.default_rng(np.random.SeedSequence(loaded.scenario.seed).spawn(n + 2)[-1])
+    return draw_class_schedule([d.y_train for d in dataset.devices], devices_fraction=dyn.devices_fraction,
+                               max_removed_fraction=dyn.max_removed_fraction,
+                               return_every=dyn.return_every, rng=rng)
