@@ -36,7 +36,7 @@ from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
 from p2pfed.peer.results import round_entry, write_results
 from p2pfed.results.recorder import DeviceCounters
-from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
 from p2pfed.scenario.loader import ScenarioError, dump, load_scenario
 from p2pfed.transport import CodecError, Mailbox, Message, Outbox, decode, encode
 
@@ -78,6 +78,10 @@ class Peer:
             raise ScenarioError([f"{where}: id: the scenario has devices 0..{len(dataset.devices) - 1}, "
                                  f"got {cfg.id} (or give data.path)"])
         self.algo = build_algorithm(self.loaded, dataset, cfg.id, device=device)
+        # Dynamic data follows the same schedule as in the simulator (a peer with its own data
+        # keeps it whole: the schedule was drawn for the scenario's devices).
+        schedule = build_class_schedule(self.loaded, dataset) if device is None else None
+        self.visible_classes = (lambda r: schedule.visible(cfg.id, r)) if schedule else None
         self.name = self.algo.ctx.device.name
         self.full_model_bytes = full_model_bytes(self.algo.ctx.model)
         self.out = loaded_config.resolve(cfg.out)
@@ -276,6 +280,8 @@ class Peer:
             # The simulator's round, in the same order: integrate what arrived, train, evaluate
             # the model the device now holds, share, then collect the peers' artifacts.
             round_end = time.monotonic() + self.config.round_period_s
+            if self.visible_classes is not None:
+                algo.ctx.set_visible_classes(self.visible_classes(r))
             algo.fuse(r, time.time())
             algo.train(r)
             evaluated = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
