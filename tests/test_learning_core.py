@@ -116,3 +116,32 @@ def test_lrp_masks_keep_only_units_with_positive_relevance(tiny):
     assert [m.tolist() for m in masks[0]] == [[True, False], [True, False]]
     # class 1: logit 1 = -h0 + h1; its relevance flows to h1 only under alpha=1, beta=0
     assert [m.tolist() for m in masks[1]] == [[False, True], [False, True]]
+
+
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 1.0)])
+def test_lrp_matches_the_dense_alpha_beta_formula(alpha, beta):
+    """The matrix-product form equals Eq. 3-5 written out over every (sample, unit, input)
+    contribution, on mixed-sign inputs, random weights and a dead unit."""
+    from p2pfed.learning.subnetworks import lrp_relevances
+
+    gen = torch.Generator().manual_seed(1)
+    model = MLP(6, [9, 8], 4)
+    with torch.no_grad():
+        model.layers[0].weight[3] = 0.0          # a unit with no contributions at all
+    x = torch.randn(11, 6, generator=gen)
+    target = torch.randint(0, 4, (11,), generator=gen)
+    acts = model.activations(x)
+    rel = torch.zeros_like(acts[-1])
+    rel[torch.arange(11), target] = acts[-1][torch.arange(11), target]
+    expected = [rel]
+    for layer, a in zip(reversed(model.layers), reversed([x, *acts[:-1]])):
+        z = a.unsqueeze(1) * layer.weight.unsqueeze(0)
+        zp, zn = z.clamp(min=0), z.clamp(max=0)
+        sp, sn = zp.sum(-1, keepdim=True), zn.sum(-1, keepdim=True)
+        share = alpha * torch.where(sp > 0, zp / sp.clamp(min=1e-12), torch.zeros_like(zp))
+        share = share - beta * torch.where(sn < 0, zn / sn.clamp(max=-1e-12), torch.zeros_like(zn))
+        rel = (share * rel.unsqueeze(-1)).sum(1)
+        expected.append(rel)
+    got = lrp_relevances(model, x, target, alpha, beta)
+    for g, e in zip(got, expected[::-1]):
+        torch.testing.assert_close(g, e.detach(), rtol=1e-4, atol=1e-5)

@@ -72,8 +72,10 @@ class DeviceContext:
     neighbours: Callable[[], list[int]] | None = None
 
     def __post_init__(self) -> None:
-        self.x_train = torch.as_tensor(self.device.x_train, dtype=torch.float32)
-        self.y_train = torch.as_tensor(self.device.y_train, dtype=torch.int64)
+        self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
+        self._y_all = torch.as_tensor(self.device.y_train, dtype=torch.int64)
+        self.x_train, self.y_train = self._x_all, self._y_all
+        self.visible_classes: frozenset[int] | None = None  # None: all training data
         self.x_test = torch.as_tensor(self.device.x_test, dtype=torch.float32)
         self.y_test = torch.as_tensor(self.device.y_test, dtype=torch.int64)
 
@@ -84,6 +86,22 @@ class DeviceContext:
     @property
     def num_samples(self) -> int:
         return int(self.y_train.shape[0])
+
+    def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
+        """Restrict the training data to ``classes`` (None: all of it), for data that appears
+        over time; test data stays complete. Called by the runtime at the start of a round, so
+        everything computed from the training data afterwards (training, prototypes, subnetworks,
+        scores) sees the new data. Returns whether the data changed."""
+        classes = None if classes is None else frozenset(int(c) for c in classes)
+        if classes == self.visible_classes:
+            return False
+        self.visible_classes = classes
+        if classes is None:
+            self.x_train, self.y_train = self._x_all, self._y_all
+        else:
+            keep = torch.isin(self._y_all, torch.as_tensor(sorted(classes), dtype=torch.int64))
+            self.x_train, self.y_train = self._x_all[keep], self._y_all[keep]
+        return True
 
 
 class Algorithm(ABC):
@@ -100,7 +118,7 @@ class Algorithm(ABC):
     def __init__(self, ctx: DeviceContext, options: Options) -> None:
         self.ctx = ctx
         self.options = options
-        # Newest payload per peer (methods that share in parts key it by (peer, part)).
+        # Newest payload per peer (a method receiving its shares in parts keys those by (peer, part)).
         self.cache: dict[Hashable, Received] = {}
 
     # -- hooks -------------------------------------------------------------------------------
@@ -149,10 +167,15 @@ class Algorithm(ABC):
 
     def take_fresh(self) -> list[Received]:
         """Cached payloads not used by a fusion yet, marked used, in sender order."""
-        fresh = [self.cache[s] for s in sorted(self.cache) if self.cache[s].fresh]
+        fresh = [self.cache[s] for s in sorted(self.cache, key=_peer_order) if self.cache[s].fresh]
         for item in fresh:
             item.fresh = False
         return fresh
+
+
+def _peer_order(key: Hashable) -> tuple:
+    """Cache keys in peer order: a peer id, or (peer id, part name)."""
+    return key if isinstance(key, tuple) else (key, "")
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -7,6 +7,9 @@ them. The server's part (Alg. 2) runs on every device over its own and its cache
 artifacts: per class, K-means on the prototypes with K in 2..n-1 chosen by the Davies–Bouldin
 index, then fusion of the cluster-mates' subnetworks (Eq. 9-10 *Overlapping Components* by
 default; Eq. 6-7 cluster average, Eq. 8 leadership), and only the fused parameters change (l.13).
+Optionally (ubiquitous version, Alg. 3) the prototypes members lack are first predicted by
+collaborative filtering, so a device is also clustered, and fused, for classes it has no data for
+yet; and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise.
 
 Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
 (neighbours, or carriers of them), so each device clusters its own view; all devices start from
@@ -25,13 +28,15 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
                                     expect_array, register)
 from p2pfed.learning.clustering import ClusteringCache
+from p2pfed.learning.collaborative import predict_missing
 from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
 from p2pfed.learning.model import MLP
+from p2pfed.learning.privacy import perturb
 from p2pfed.learning.prototypes import class_prototypes
 from p2pfed.learning.subnetworks import (EXTRACTORS, UnitMasks, extract_unit_masks,
                                          parameter_masks, union_units)
@@ -49,6 +54,12 @@ class FedSubOptions(Options):
     kmeans_n_init: int = Field(4, ge=1)
     min_cluster_size: int = Field(1, ge=1, description="pass over K whose partition has smaller clusters")
     cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
+    predict_missing: bool = Field(False, description="predict absent prototypes (ubiquitous Alg. 3)")
+    predict_neighbors: int = Field(3, ge=1, description="n most similar members in Eq. 2")
+    proto_noise: Literal["none", "gaussian", "laplace"] = "none"
+    proto_noise_sigma: float | None = Field(None, gt=0, description="gaussian noise std")
+    proto_noise_epsilon: float | None = Field(None, gt=0, description="laplace privacy budget")
+    proto_noise_sensitivity: float = Field(1.0, gt=0, description="laplace L1 sensitivity")
 
     @field_validator("extraction")
     @classmethod
@@ -56,6 +67,19 @@ class FedSubOptions(Options):
         if v not in EXTRACTORS:
             raise ValueError(f"unknown extraction {v!r}; choose one of {sorted(EXTRACTORS)}")
         return v
+
+    @model_validator(mode="after")
+    def _noise_parameters(self) -> FedSubOptions:
+        """Each noise kind needs its own parameter, and a parameter without its kind is a typo."""
+        if self.proto_noise == "gaussian" and self.proto_noise_sigma is None:
+            raise ValueError("proto_noise 'gaussian' needs proto_noise_sigma")
+        if self.proto_noise == "laplace" and self.proto_noise_epsilon is None:
+            raise ValueError("proto_noise 'laplace' needs proto_noise_epsilon")
+        if self.proto_noise != "gaussian" and self.proto_noise_sigma is not None:
+            raise ValueError(f"proto_noise_sigma is set but proto_noise is {self.proto_noise!r}")
+        if self.proto_noise != "laplace" and self.proto_noise_epsilon is not None:
+            raise ValueError(f"proto_noise_epsilon is set but proto_noise is {self.proto_noise!r}")
+        return self
 
 
 @dataclass
@@ -77,10 +101,10 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
     classes = sorted(units)
     union = union_units(units)
     dtype = np.float16 if float16 else np.float32
-    tensors: dict[str, np.ndarray] = {
-        "units": np.stack([np.concatenate(units[c]) for c in classes]).astype(bool)
-        if classes else np.zeros((0, sum(l.out_features for l in model.layers)), dtype=bool)
-    }
+    total = sum(l.out_features for l in model.layers)
+    bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
+            else np.zeros((0, total), dtype=bool))
+    tensors: dict[str, np.ndarray] = {"units": np.packbits(bits, axis=1)}   # 8 units per byte
     for i, layer in enumerate(model.layers):
         rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.out_features, dtype=torch.bool)
         tensors[f"layers.{i}.weight"] = layer.weight.detach()[rows].numpy().astype(dtype)
@@ -91,7 +115,10 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
 def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
     """Inverse of ``encode_subnetworks``, checked against the local model's shapes."""
     sizes = [l.out_features for l in model.layers]
-    bits = expect_array(payload, "units", (len(classes), sum(sizes)), kinds="b")
+    packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
+    if packed.dtype != np.uint8:
+        raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
+    bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
     splits = np.cumsum(sizes)[:-1]
     units = {c: [np.array(part, dtype=bool) for part in np.split(bits[j], splits)]
              for j, c in enumerate(classes)}
@@ -120,9 +147,10 @@ class FedSub(Algorithm):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.own: Artifacts | None = None
-        self.parsed: dict[tuple[int, str], Artifacts] = {}   # same keys as ``cache``
+        self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.last_k: dict[int, int] = {}
+        self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
 
     # -- client side (Alg. 1) --------------------------------------------------------------
     def _reliability(self, classes: np.ndarray, counts: np.ndarray) -> list[float]:
@@ -148,7 +176,10 @@ class FedSub(Algorithm):
 
     def share(self, round: int) -> Payload:
         self.own, counts = self._extract()
-        tensors = {"prototypes": self.own.prototypes,
+        o = self.options
+        shared_protos = perturb(self.own.prototypes, o.proto_noise, self.ctx.rng, sigma=o.proto_noise_sigma,
+                                epsilon=o.proto_noise_epsilon, sensitivity=o.proto_noise_sensitivity)
+        tensors = {"prototypes": shared_protos,
                    **encode_subnetworks(self.ctx.model, self.own.units, self.options.float16)}
         meta = {"classes": self.own.classes, "counts": [int(c) for c in counts],
                 "scores": self.own.scores}
@@ -163,8 +194,12 @@ class FedSub(Algorithm):
                 Payload({**whole.meta, "part": "subnetworks"}, rest)]
 
     def stats(self) -> dict:
-        """The K that the DBI sweep chose per class at the last fusion (mean over devices)."""
-        return {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+        """The K that the DBI sweep chose per class at the last fusion (mean over devices), and how
+        many classes were fused from a predicted prototype."""
+        out: dict = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+        if self.options.predict_missing:
+            out["predicted_classes_fused"] = self.last_predicted
+        return out
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:
@@ -192,19 +227,22 @@ class FedSub(Algorithm):
         self._parse(payload)
 
     def receive(self, item: Received) -> None:
-        """Keep the newest artifacts per (peer, part)."""
+        """Keep the newest artifacts per peer (per peer and part when they come in parts)."""
         parsed = self._parse(item.payload)
-        key = (item.sender, item.payload.meta.get("part", "whole"))
+        part = item.payload.meta.get("part", "whole")
+        key = item.sender if part == "whole" else (item.sender, part)
         old = self.cache.get(key)
         if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
             self.cache[key] = item
             self.parsed[key] = parsed
 
-    def _peer_artifacts(self) -> dict[int, Artifacts]:
+    @property
+    def peers(self) -> dict[int, Artifacts]:
         """Per peer: the newest prototypes and the newest subnetworks, from whichever parts hold them."""
         newest: dict[tuple[int, str], tuple[tuple, Artifacts]] = {}
-        for (sender, part), art in self.parsed.items():
-            item = self.cache[sender, part]
+        for key, art in self.parsed.items():
+            item = self.cache[key]
+            sender = item.sender
             for field, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
                 old = newest.get((sender, field))
                 if present and (old is None or (item.round, item.sent_at) > old[0]):
@@ -227,24 +265,33 @@ class FedSub(Algorithm):
         self.drop_stale(now, self.options.cache_max_age_s)
         for key in [k for k in self.parsed if k not in self.cache]:
             del self.parsed[key]
-        peers = self._peer_artifacts()
+        peers = self.peers
         if self.own is None or not peers:
             return
         me = self.ctx.device_id
+        view = {me: self.own, **peers}
+        held = {m: {c: a.prototypes[j] for j, c in enumerate(a.classes)} for m, a in view.items()}
+        predicted = predict_missing(held, self.options.predict_neighbors) if self.options.predict_missing else {}
         fuse_fn = FUSIONS[self.options.fusion]
         model = self.ctx.model
         updates = []
-        for j, c in enumerate(self.own.classes):
-            members = sorted([(me, self.own)] + [(s, a) for s, a in peers.items() if c in a.classes],
-                             key=lambda m: m[0])
-            points = np.stack([a.prototypes[a.classes.index(c)] for _, a in members])
+        self.last_predicted = 0
+        for c in sorted(set(self.own.classes) | set(predicted.get(me, {}))):
+            # Alg. 3 then clustering: members with a real or a predicted prototype for c are
+            # clustered; only those with real data for c have a subnetwork to fuse.
+            members = sorted(m for m in view if c in held[m] or c in predicted.get(m, {}))
+            points = np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members])
             clustering = self.clusterings.cluster(points, k_max=self.options.max_k,
                                                   n_init=self.options.kmeans_n_init,
                                                   min_cluster_size=self.options.min_cluster_size)
             self.last_k[c] = clustering.k
-            my_label = clustering.labels[[s for s, _ in members].index(me)]
-            mates = [a for (s, a), lab in zip(members, clustering.labels)
-                     if lab == my_label and a.values is not None and c in a.units]
+            my_label = clustering.labels[members.index(me)]
+            # A peer known only by its prototypes shapes the clusters but has no parameters to give.
+            mates = [view[m] for m, lab in zip(members, clustering.labels)
+                     if lab == my_label and c in held[m] and view[m].values is not None and c in view[m].units]
+            if not mates:
+                continue
+            self.last_predicted += c not in held[me]
             values = [a.values for a in mates]
             masks = [parameter_masks(model, self._fusable(a.units[c])) for a in mates]
             scores = [a.scores[a.classes.index(c)] for a in mates]

@@ -20,11 +20,11 @@ from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.simulation import RoundSchedule, Simulation
-from p2pfed.engine.topology import build_topology
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.summary import build_summary
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build_graph,
+                                  load_scenario_dataset)
 from p2pfed.scenario.loader import LoadedScenario
 from p2pfed.transport import Message, encode
 
@@ -44,18 +44,17 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
     wall_start = time.perf_counter()
     dataset = load_scenario_dataset(loaded)
     n = len(dataset.devices)
-    topo = sc.topology
-    graph = None
-    if sc.contacts.kind in ("none", "static"):
-        graph = build_topology(topo.kind, n, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
-                               file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
-                               latency_s=topo.latency_s)
+    graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
     algorithms = build_algorithms(loaded, dataset)
+    class_schedule = build_class_schedule(loaded, dataset)
+    if class_schedule is not None and sc.contacts.kind != "none":
+        raise ValueError("dynamic.devices_fraction needs synchronous rounds (contacts.kind: none): "
+                         "classes return on a round schedule")
     recorder = Recorder(n)
     rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1])
     plan = None
     if sc.contacts.kind == "none":
-        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, rng, progress)
+        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, rng, progress, class_schedule)
     else:
         sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, rng, progress)
     summary = build_summary(loaded, recorder, algorithms, devices=n, sim_time_s=sim_time,
@@ -71,7 +70,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
 
 
 def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any]]:
+                rng: np.random.Generator, progress: bool, class_schedule) -> tuple[float, dict[str, Any]]:
     sc = loaded.scenario
     n = len(algorithms)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
@@ -85,13 +84,19 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
             bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
     sim = Simulation(algorithms, graph, schedule, recorder, rng,
-                     max_message_bytes=sc.engine.max_message_bytes, on_round=on_round)
+                     max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
+                     class_schedule=class_schedule)
     try:
         sim_time = sim.run()
     finally:
         bar.close()
+    extra = {} if class_schedule is None else {"dynamic": {
+        "devices_changed": sorted(class_schedule.removed),
+        "classes_hidden_at_start": sum(len(v) for v in class_schedule.removed.values()),
+        "return_rounds": [r + 1 for r in class_schedule.return_rounds(sc.rounds)]}}
     return sim_time, {"topology": {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
-                                   "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))}}
+                                   "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))},
+                      **extra}
 
 
 def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from p2pfed.algorithms.base import Algorithm, Payload
+from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.engine.delivery import Delivery, encode_share
 from p2pfed.results.recorder import Recorder
 
@@ -40,7 +41,8 @@ class Simulation:
 
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
-                 on_round: Callable[[int, float], None] | None = None) -> None:
+                 on_round: Callable[[int, float], None] | None = None,
+                 class_schedule: ClassSchedule | None = None) -> None:
         self.env = simpy.Environment()
         self.algorithms = algorithms
         self.graph = graph
@@ -49,6 +51,7 @@ class Simulation:
         self.rng = rng
         self.max_message_bytes = max_message_bytes
         self.on_round = on_round
+        self.class_schedule = class_schedule
         self.delivery = Delivery(algorithms, recorder, max_message_bytes)
         for i, algo in enumerate(algorithms):
             algo.ctx.neighbours = lambda i=i: sorted(graph.neighbors(i))
@@ -64,6 +67,8 @@ class Simulation:
         algo = self.algorithms[i]
         period = self.schedule.round_period_s
         for r in range(self.schedule.rounds):
+            if self.class_schedule is not None:
+                algo.ctx.set_visible_classes(self.class_schedule.visible(i, r))
             algo.fuse(r, self.env.now)
             if active_by_round[r, i]:
                 algo.train(r)

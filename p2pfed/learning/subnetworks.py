@@ -56,15 +56,29 @@ def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: flo
         rel[rows, target] = logits[rows, target]
         out = [rel]
         for layer, a in zip(reversed(model.layers), reversed(inputs)):
-            z = a.unsqueeze(1) * layer.weight.unsqueeze(0)            # (N, out, in)
-            zp, zn = z.clamp(min=0), z.clamp(max=0)
-            sp, sn = zp.sum(-1, keepdim=True), zn.sum(-1, keepdim=True)
-            share = alpha * torch.where(sp > 0, zp / sp.clamp(min=1e-12), torch.zeros_like(zp))
-            if beta:
-                share = share - beta * torch.where(sn < 0, zn / sn.clamp(max=-1e-12), torch.zeros_like(zn))
-            rel = (share * rel.unsqueeze(-1)).sum(1)
+            rel = _alpha_beta_step(a, layer.weight, rel, alpha, beta)
             out.append(rel)
     return out[::-1]
+
+
+def _alpha_beta_step(a: torch.Tensor, w: torch.Tensor, rel: torch.Tensor, alpha: float,
+                     beta: float) -> torch.Tensor:
+    """One layer of the alpha-beta rule without the (samples, out, in) contribution tensor.
+
+    z_ji = a_i w_ji is positive exactly where a_i and w_ji share a sign, so the positive part is
+    a+ w+ + a- w- and the negative part a+ w- + a- w+; each sum over i is a matrix product, and so
+    is sending relevance back (inputs after a ReLU have a- = 0, which makes half the terms vanish).
+    """
+    ap, an = a.clamp(min=0), a.clamp(max=0)
+    wp, wn = w.clamp(min=0), w.clamp(max=0)
+    sp = ap @ wp.T + an @ wn.T                                   # (N, out) sum of positive z
+    rp = alpha * torch.where(sp > 0, rel / sp.clamp(min=1e-12), torch.zeros_like(rel))
+    back = ap * (rp @ wp) + an * (rp @ wn)
+    if beta:
+        sn = ap @ wn.T + an @ wp.T                               # (N, out) sum of negative z
+        rn = beta * torch.where(sn < 0, rel / sn.clamp(max=-1e-12), torch.zeros_like(rel))
+        back = back - (ap * (rn @ wn) + an * (rn @ wp))
+    return back
 
 
 def lrp_unit_masks(alpha: float, beta: float):

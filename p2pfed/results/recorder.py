@@ -48,7 +48,7 @@ class Recorder:
         d = self.devices[src]
         d.bytes_sent += nbytes
         d.messages_sent += 1
-        self._traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
+        self.traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
 
     def delivered(self, dst: int, nbytes: int) -> None:
         d = self.devices[dst]
@@ -59,7 +59,7 @@ class Recorder:
         """A message (sent in ``round``) that never reached the algorithm: logged and counted."""
         self.devices[dst].messages_dropped += 1
         self.drop_reasons[reason] += 1
-        self._traffic(round).update(messages_dropped=1)
+        self.traffic(round).update(messages_dropped=1)
         log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
 
     def transfer_started(self, src: int) -> None:
@@ -82,7 +82,7 @@ class Recorder:
         self.devices[src].bytes_wasted += nbytes
         self.devices[dst].messages_dropped += 1
         self.drop_reasons["loss"] += 1   # expected on a lossy link: counted, not logged
-        self._traffic(round).update(messages_dropped=1)
+        self.traffic(round).update(messages_dropped=1)
 
     def fused(self, ages: list[float]) -> None:
         """A fusion used artifacts of these ages (seconds since their owner made them)."""
@@ -91,8 +91,14 @@ class Recorder:
     def total(self, counter: str) -> int:
         return sum(getattr(d, counter) for d in self.devices)
 
-    def _traffic(self, round: int) -> Counter:
+    def traffic(self, round: int) -> Counter:
+        """The traffic tallies of one round (sent in that round), created on first use."""
         return self.traffic_by_round.setdefault(round, Counter())
+
+    def counters(self) -> dict[str, int]:
+        """Traffic totals over all devices now (the rounds.csv traffic columns)."""
+        return {"bytes_sent_total": self.bytes_sent_total, "messages_sent": self.messages_sent,
+                "messages_dropped": self.messages_dropped}
 
     @property
     def bytes_sent_total(self) -> int:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import numpy as np
 import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
-from p2pfed.data import FederatedDataset, load_dataset
+from p2pfed.data import DeviceData, FederatedDataset, load_dataset
+from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
+from p2pfed.engine.topology import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, algorithm_options
@@ -44,12 +47,16 @@ def device_rounds(sc) -> int:
 
 
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
-                    shared: dict | None = None) -> Algorithm:
+                    shared: dict | None = None, device: DeviceData | None = None) -> Algorithm:
     """The scenario's method for one device. Every device starts from the same initial weights
-    (drawn from the scenario seed), as a server's first broadcast would give them."""
+    (drawn from the scenario seed), as a server's first broadcast would give them.
+
+    ``device`` replaces the dataset's device ``device_id`` (a real peer's own data); it must fit
+    the federation's model (same features and classes)."""
     sc = loaded.scenario
-    device = dataset.devices[device_id]
-    seq = device_seeds(sc.seed, len(dataset.devices))[device_id]
+    device = dataset.devices[device_id] if device is None else device
+    # spawn(n)[i] depends on i only, so a peer gets its stream without knowing n.
+    seq = device_seeds(sc.seed, device_id + 1)[device_id]
     gen = torch.Generator().manual_seed(int(seq.generate_state(1)[0]))
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
@@ -60,6 +67,26 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     return cls(ctx, algorithm_options(loaded))
 
 
+def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
+    """The scenario's network graph over ``num_devices`` devices."""
+    sc, topo = loaded.scenario, loaded.scenario.topology
+    return build_topology(topo.kind, num_devices, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
+                          file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
+                          latency_s=topo.latency_s)
+
+
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
     shared: dict = {}
     return [build_algorithm(loaded, dataset, i, shared) for i in range(len(dataset.devices))]
+
+
+def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> ClassSchedule | None:
+    """The scenario's dynamic-data schedule (None: static data), drawn from its own seed stream."""
+    dyn = loaded.scenario.dynamic
+    if dyn.devices_fraction == 0:
+        return None
+    n = len(dataset.devices)
+    rng = np.random.default_rng(np.random.SeedSequence(loaded.scenario.seed).spawn(n + 2)[-1])
+    return draw_class_schedule([d.y_train for d in dataset.devices], devices_fraction=dyn.devices_fraction,
+                               max_removed_fraction=dyn.max_removed_fraction,
+                               return_every=dyn.return_every, rng=rng)

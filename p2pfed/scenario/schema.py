@@ -94,6 +94,14 @@ class EngineSection(Section):
     torch_threads: int = Field(1, ge=1)
 
 
+class DynamicSection(Section):
+    """Training classes hidden at the start and returned one at a time (journal Sec. 4.5)."""
+
+    devices_fraction: float = Field(0.0, ge=0, le=1)
+    max_removed_fraction: float = Field(0.8, ge=0, lt=1)
+    return_every: int = Field(50, ge=1)
+
+
 class EvaluationSection(Section):
     every: int = Field(1, ge=1)
     every_s: float | None = Field(None, gt=0)
@@ -181,6 +189,7 @@ class Scenario(Section):
     topology: TopologySection = TopologySection()
     engine: EngineSection = EngineSection()
     evaluation: EvaluationSection = EvaluationSection()
+    dynamic: DynamicSection = DynamicSection()
     contacts: ContactsSection = ContactsSection()
     asynchronous: AsynchronousSection = AsynchronousSection()
     forwarding: ForwardingSection = ForwardingSection()

@@ -114,12 +114,12 @@ class Mailbox:
             raise RuntimeError(f"mailbox {self.endpoint!r} is closed")
         return self._socket
 
-    def _take(self) -> bytes | None:
+    def _take(self) -> zmq.Frame | None:
         """One well-formed frame, or None if nothing is queued; drops bad ones."""
         sock = self._sock()
         while True:
             try:
-                frame = sock.recv(zmq.NOBLOCK)
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return None
             if sock.getsockopt(zmq.RCVMORE):
@@ -133,8 +133,9 @@ class Mailbox:
             self.stats.received += 1
             return frame
 
-    def receive(self, timeout_ms: int = 0) -> bytes | None:
-        """One message, waiting up to ``timeout_ms`` (0: don't wait); None if none came."""
+    def receive_frame(self, timeout_ms: int = 0) -> zmq.Frame | None:
+        """Like ``receive`` but the zmq.Frame itself, whose ``get("User-Id")`` names the
+        authenticated sender when a ZAP handler (CURVE) is active."""
         frame = self._take()
         if frame is not None or timeout_ms <= 0:
             return frame
@@ -148,11 +149,16 @@ class Mailbox:
             if frame is not None:
                 return frame
 
+    def receive(self, timeout_ms: int = 0) -> bytes | None:
+        """One message, waiting up to ``timeout_ms`` (0: don't wait); None if none came."""
+        frame = self.receive_frame(timeout_ms)
+        return None if frame is None else frame.bytes
+
     def drain(self) -> list[bytes]:
         """Everything queued right now, without waiting."""
         out: list[bytes] = []
         while (frame := self._take()) is not None:
-            out.append(frame)
+            out.append(frame.bytes)
         return out
 
     def close(self) -> None:

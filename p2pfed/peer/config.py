@@ -1,0 +1,109 @@
+"""The peer config (``p2pfed peer --config peer.yaml``): who this peer is and whom it talks to.
+
+The learning setup (data, model, training, method, rounds, seed) comes from a scenario file, so
+a real peer and the simulator read the same thing; the peer file adds what only a real process
+has: its id, its endpoint, its neighbours and their keys, its timeouts and where it writes.
+Validated like scenarios: unknown keys are errors, one 'file: field: message' line per problem.
+Relative paths are resolved against the peer file's folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from p2pfed.scenario.loader import ScenarioError, _describe, parse_yaml
+
+_TCP = r"tcp://[^\s:]+:\d{1,5}"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Neighbour(_Section):
+    id: int = Field(ge=0)
+    endpoint: str = Field(pattern=_TCP, description="tcp://host:port where the neighbour listens")
+    public_key: str | None = Field(None, description="the neighbour's .key file (required unless --insecure)")
+
+
+class OwnData(_Section):
+    path: str = Field(description="a .npz (x_train, y_train, x_test, y_test) or .csv (features..., label)")
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="CSV only: held-out share, stratified")
+
+
+class PeerConfig(_Section):
+    id: int = Field(ge=0, description="this peer's device id: its sender id on the wire")
+    scenario: str | None = Field(None, description="scenario file (default: the embedded quickstart)")
+    overrides: list[str] = Field(default_factory=list, description="scenario --set overrides")
+    seed: int | None = None
+    listen: str = Field(pattern=_TCP, description="tcp://host:port this peer binds")
+    neighbours: list[Neighbour] = Field(default_factory=list)
+    secret_key: str | None = Field(None, description="this peer's .key_secret (required unless --insecure)")
+    data: OwnData | None = Field(None, description="own data instead of the scenario's device `id`")
+    out: str = Field("peer-out", description="results and checkpoint folder")
+    start_timeout_s: float = Field(120.0, gt=0, description="round 0: wait for neighbours to start")
+    round_timeout_s: float = Field(30.0, gt=0, description="later rounds: wait for neighbours' artifacts")
+    round_period_s: float = Field(0.0, ge=0, description="wall-clock length of a round at least (0: no pacing)")
+    max_bad_messages: int = Field(20, ge=1, description="bad messages tolerated per peer before ignoring it")
+    start_time: float | None = Field(None, description="unix time that elapsed times count from")
+
+    @field_validator("neighbours")
+    @classmethod
+    def _distinct(cls, v: list[Neighbour]) -> list[Neighbour]:
+        ids = [n.id for n in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"neighbour ids must be distinct, got {ids}")
+        return v
+
+    @model_validator(mode="after")
+    def _not_self(self) -> PeerConfig:
+        if any(n.id == self.id for n in self.neighbours):
+            raise ValueError(f"peer {self.id} lists itself as a neighbour")
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedPeerConfig:
+    config: PeerConfig
+    source: str
+    base_dir: Path
+
+    def resolve(self, path: str | None) -> Path | None:
+        if path is None:
+            return None
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+
+def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerConfig:
+    """Read and validate a peer file; key files are required (and must exist) unless insecure."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError([f"{p}: cannot read peer config: {exc.strerror}"]) from None
+    raw = parse_yaml(text, str(p))
+    try:
+        config = PeerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError([f"{p}: {_describe(e)}" for e in exc.errors()]) from None
+    loaded = LoadedPeerConfig(config, str(p), p.resolve().parent)
+    problems = []
+    files = [("scenario", config.scenario), ("data.path", config.data.path if config.data else None)]
+    if not insecure:
+        if config.secret_key is None:
+            problems.append(f"{p}: secret_key: required (or run with --insecure)")
+        files.append(("secret_key", config.secret_key))
+        for i, n in enumerate(config.neighbours):
+            if n.public_key is None:
+                problems.append(f"{p}: neighbours.{i}.public_key: required for peer {n.id} (or --insecure)")
+            files.append((f"neighbours.{i}.public_key", n.public_key))
+    for field, value in files:
+        if value is not None and not loaded.resolve(value).exists():
+            problems.append(f"{p}: {field}: file not found: {loaded.resolve(value)}")
+    if problems:
+        raise ScenarioError(problems)
+    return loaded

@@ -1,0 +1,93 @@
+"""CURVE keys for real peers: making key pairs, and the socket settings that use them.
+
+Why CURVE: peers on a LAN must not accept artifacts from anyone who can reach their port. The
+receiving (bound) socket is a CURVE server whose ZAP handler accepts only the public keys of the
+peers in its allowlist and stamps every message with that peer's id as ZMQ ``User-Id``, so the
+runtime can check that the id a message claims is the key that sent it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.utils import z85
+from zmq.auth.thread import ThreadAuthenticator
+
+from p2pfed.transport import SocketConfigurer
+
+ZAP_DOMAIN = "p2pfed"
+
+
+class KeyFileError(ValueError):
+    """A key file that is missing or unreadable (names the file)."""
+
+
+def make_keys(out_dir: Path, names: list[str]) -> list[tuple[Path, Path]]:
+    """``NAME.key`` (public, to share) and ``NAME.key_secret`` (private, mode 600) per name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name in names:
+        public, secret = zmq.auth.create_certificates(out_dir, name)
+        os.chmod(secret, 0o600)
+        made.append((Path(public), Path(secret)))
+    return made
+
+
+def load_public(path: Path) -> bytes:
+    """The z85 public key in a ``.key`` or ``.key_secret`` file."""
+    try:
+        public, _ = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise KeyFileError(f"{path}: cannot read CURVE public key ({exc})") from None
+    return public
+
+
+def load_pair(path: Path) -> tuple[bytes, bytes]:
+    """(public, secret) z85 keys from a ``.key_secret`` file."""
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise KeyFileError(f"{path}: cannot read CURVE key pair ({exc})") from None
+    if secret is None:
+        raise KeyFileError(f"{path}: holds no secret key (pass the .key_secret file)")
+    return public, secret
+
+
+class AllowlistAuthenticator(ThreadAuthenticator):
+    """ZAP handler: accept only allowlisted public keys; the User-Id is the key's peer id."""
+
+    def __init__(self, context: zmq.Context, allowed: dict[bytes, int]) -> None:
+        super().__init__(context)
+        self.allowed = dict(allowed)   # z85 public key -> peer id
+
+        class _Provider:
+            def callback(_self, domain: str, key: bytes) -> bool:
+                return key in self.allowed
+
+        self.configure_curve_callback(ZAP_DOMAIN, _Provider())
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return str(self.allowed[z85.encode(client_public_key)])
+
+
+def server_configurer(public: bytes, secret: bytes) -> SocketConfigurer:
+    """For the bound mailbox: a CURVE server in the ZAP domain the authenticator serves."""
+    def configure(sock: zmq.Socket, endpoint: str) -> None:
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+        sock.curve_server = True
+        sock.zap_domain = ZAP_DOMAIN.encode()
+    return configure
+
+
+def client_configurer(public: bytes, secret: bytes, server_keys: dict[str, bytes]) -> SocketConfigurer:
+    """For outgoing sockets: our key pair plus the public key of the peer at ``endpoint``."""
+    def configure(sock: zmq.Socket, endpoint: str) -> None:
+        try:
+            sock.curve_serverkey = server_keys[endpoint]
+        except KeyError:
+            raise ValueError(f"no public key known for peer endpoint {endpoint!r}") from None
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+    return configure

@@ -1,0 +1,84 @@
+"""Real peer processes on loopback: launch vs simulation, and a killed peer that resumes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2pfed.cli.main import main
+from p2pfed.engine.runner import run_scenario
+from p2pfed.peer.launcher import spawn, wait_all
+from p2pfed.peer.results import write_results
+from p2pfed.scenario.loader import load_scenario
+from tests.peer_support import SCENARIO, TINY, write_peer_files
+
+
+def test_launch_gives_the_simulations_numbers(tmp_path, capsys):
+    out = tmp_path / "launch"
+    code = main(["launch", str(SCENARIO), "--peers", "3", "--out", str(out), "--insecure",
+                 "--round-timeout", "20", *sum((["--set", s] for s in TINY), [])])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "WITHOUT encryption or authentication (--insecure)" in err
+    real = json.loads((out / "summary.json").read_text())
+    sim = run_scenario(load_scenario(SCENARIO, TINY), tmp_path / "sim", progress=False)
+    assert real["runtime"]["kind"] == "launch" and real["runtime"]["secure"] is False
+    assert real["devices"] == sim["devices"] == 3
+    assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
+    assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"] == 3 * 2 * 3
+    assert real["comm"]["messages_dropped"] == 0
+    # Same artifacts; only the sent_at stamps in the JSON headers differ in length.
+    assert real["comm"]["bytes_sent_total"] == pytest.approx(sim["comm"]["bytes_sent_total"], rel=0.01)
+    rows = list(csv.DictReader((out / "rounds.csv").open()))
+    assert [int(r["round"]) for r in rows] == [1, 2, 3]
+    assert list(rows[0]) == list(next(csv.DictReader((tmp_path / "sim" / "rounds.csv").open())))
+    assert len(list(csv.DictReader((out / "devices.csv").open()))) == 3
+    assert (out / "plot.png").stat().st_size > 1000
+
+
+def _next_round(checkpoint: Path) -> int:
+    try:
+        return int(torch.load(checkpoint, weights_only=True)["next_round"])
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return -1
+
+
+def test_a_killed_peer_resumes_from_its_checkpoint_and_the_run_finishes(tmp_path):
+    rounds = 10
+    configs = write_peer_files(tmp_path, overrides=[f"rounds={rounds}"], round_period_s=0.4,
+                               round_timeout_s=2.0, start_timeout_s=60.0)
+    procs = [spawn(c, insecure=False) for c in configs]
+    victim = tmp_path / "peer-1" / "checkpoint.pt"
+    try:
+        deadline = time.monotonic() + 90
+        while _next_round(victim) < 2:
+            assert procs[1].poll() is None and time.monotonic() < deadline, "peer 1 never reached round 2"
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGKILL)
+        assert procs[1].wait(10) == -signal.SIGKILL
+        killed_at = _next_round(victim)
+        assert 2 <= killed_at < rounds
+        procs[1] = spawn(configs[1], insecure=False)
+        codes = wait_all(procs, 120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0, 0], [(tmp_path / f"peer-{i}.log").read_text()[-2000:] for i in range(3)]
+    reports = [json.loads((tmp_path / f"peer-{i}" / "peer.json").read_text()) for i in range(3)]
+    assert reports[1]["resumed_from"] == [killed_at]
+    assert "resumes from its checkpoint at round" in (tmp_path / "peer-1.log").read_text()
+    for r in reports:
+        assert r["rounds_done"] == rounds
+        assert [e["round"] for e in r["history"]] == list(range(1, rounds + 1))
+    summary = write_results(tmp_path / "merged", load_scenario(SCENARIO, TINY + [f"rounds={rounds}"]), reports,
+                            start_time=min(r["start_time"] for r in reports), wall_time_s=0.0,
+                            full_model_bytes=reports[0]["full_model_bytes"])
+    assert summary["rounds"] == rounds
+    assert len(list(csv.DictReader((tmp_path / "merged" / "rounds.csv").open()))) == rounds
