@@ -286,3 +286,50 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
     bad = dict(tensors, units=np.unpackbits(tensors["units"], axis=1, count=total_units).astype(bool))
     with pytest.raises(ArtifactError, match="units"):
         decode_subnetworks(model, own.classes, Payload({}, bad))
+
+
+def test_partial_depth_keeps_the_later_layers_local(repo_root):
+    algos = _build(repo_root, ["dataset.synthetic.num_devices=8", "algorithm.depth=partial",
+                               "algorithm.shared_layers=1", "algorithm.kmeans_n_init=2"])
+    _exchange(algos)
+    changed_first = 0
+    for me in algos:
+        before = {n: p.detach().clone() for n, p in me.ctx.model.named_parameters()}
+        me.fuse(0, 1.0)
+        after = dict(me.ctx.model.named_parameters())
+        for n, p in before.items():
+            if n.startswith("layers.0."):
+                changed_first += int((after[n].detach() != p).sum())
+            else:
+                assert torch.equal(after[n].detach(), p), f"{n} changed although only layer 0 is shared"
+    assert changed_first > 0, "nothing was fused: the test is vacuous"
+
+
+@pytest.mark.parametrize("score", ["equal", "size", "accuracy", "size-accuracy"])
+def test_reliability_scores_follow_the_paper(repo_root, score):
+    from p2pfed.learning.training import per_class_accuracy
+
+    (me, *_rest) = _build(repo_root, ["dataset.synthetic.num_devices=3",
+                                      "dataset.synthetic.classes_per_device=3",
+                                      f"algorithm.score={score}"])
+    me.train(0)
+    payload = me.share(0)
+    classes = payload.meta["classes"]
+    counts = np.array(payload.meta["counts"], dtype=float)
+    acc = per_class_accuracy(me.ctx.model, me.ctx.x_train, me.ctx.y_train, me.ctx.num_classes)[classes]
+    expected = {"equal": np.ones(len(classes)), "size": counts, "accuracy": acc,
+                "size-accuracy": counts * acc}[score]
+    np.testing.assert_allclose(payload.meta["scores"], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("fusion", ["overlap", "cluster-avg", "leadership"])
+@pytest.mark.parametrize("extraction", ["naive", "lrp-a1b0", "lrp-a2b1"])
+def test_every_fusion_and_extraction_runs_from_a_scenario(repo_root, fusion, extraction):
+    from p2pfed.engine.runner import run_scenario
+
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                           [*SMALL, "rounds=10", "training.lr=0.1", f"algorithm.fusion={fusion}",
+                            f"algorithm.extraction={extraction}"])
+    summary = run_scenario(loaded, progress=False)
+    assert summary["comm"]["messages_dropped"] == 0
+    assert summary["final"]["f1_macro_mean"] > 0.3  # 4 classes: chance is ~0.25
