@@ -12,7 +12,7 @@ from p2pfed.data import FederatedDataset, make_synthetic
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.balancing import smote_balance
 from p2pfed.learning.prototypes import average_prototypes
-from p2pfed.learning.training import evaluate, train_epochs
+from p2pfed.learning.training import evaluate
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
 

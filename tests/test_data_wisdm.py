@@ -1,7 +1,6 @@
 """Tests for the WISDM loaders, the ARFF parser, splitting and scaling."""
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np

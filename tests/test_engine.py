@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from p2pfed.engine.simulation import RoundSchedule, Simulation
-from p2pfed.engine.topology import TopologyError, build_topology
+from p2pfed.network.topology import TopologyError, build_topology
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario

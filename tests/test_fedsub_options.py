@@ -198,7 +198,7 @@ def test_class_schedule_hides_and_returns_classes_on_time():
 
 def test_dynamic_scenario_trains_on_the_scheduled_classes_and_tests_on_all(repo_root, tmp_path):
     from p2pfed.engine.simulation import RoundSchedule, Simulation
-    from p2pfed.engine.topology import build_topology
+    from p2pfed.network.topology import build_topology
     from p2pfed.results.recorder import Recorder
     from p2pfed.scenario.build import build_class_schedule
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
@@ -325,7 +325,6 @@ def test_reliability_scores_follow_the_paper(repo_root, score):
 @pytest.mark.parametrize("fusion", ["overlap", "cluster-avg", "leadership"])
 @pytest.mark.parametrize("extraction", ["naive", "lrp-a1b0", "lrp-a2b1"])
 def test_every_fusion_and_extraction_runs_from_a_scenario(repo_root, fusion, extraction):
-    from p2pfed.engine.runner import run_scenario
 
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                            [*SMALL, "rounds=10", "training.lr=0.1", f"algorithm.fusion={fusion}",

@@ -1,5 +1,7 @@
 """The opportunistic runtime, with exact expectations: bandwidth × contact time, aborts, churn, hops."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ class Blob(Algorithm):
     message_kind = "test/blob"
 
     def __init__(self, parts: list[tuple[str, int]]) -> None:
-        super().__init__(ctx=None, options=None)
+        super().__init__(ctx=SimpleNamespace(neighbours=None), options=None)  # the runtime offers neighbours
         self.parts = parts
         self.got: list[Received] = []
 

@@ -72,5 +72,6 @@ def test_two_peers_in_separate_namespaces_over_veth(tmp_path, namespaces):
     for i in range(2):
         report = json.loads((tmp_path / f"peer-{i}" / "peer.json").read_text())
         assert report["rounds_done"] == 3 and report["secure"]
-        assert report["counters"]["messages_received"] == 3 and report["counters"]["messages_dropped"] == 0
+        counters = report["recorder"]["counters"][0]
+        assert counters["messages_received"] == 3 and counters["messages_dropped"] == 0
     print(f"namespaces {names}, netem delay/loss: {netem}")

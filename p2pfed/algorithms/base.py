@@ -2,12 +2,19 @@
 
 An algorithm never knows whether it runs in the SimPy simulation or in a real peer process.
 It sees its local data, its model, the payloads peers sent it (with sender and age) and the
-time the runtime tells it. The runtime decides when it trains, when it shares and when bytes
-arrive. A new method is one file with one subclass registered by name.
+time the runtime tells it. One device loop (``p2pfed.device``) drives every runtime in the same
+order each time a device acts — FedSub Alg. 1:
+
+    fuse (if new payloads arrived)  →  train  →  evaluate (when due)  →  share
+
+and takes every incoming message in through one intake that ends in ``receive``. A method keeps
+everything it needs between rounds behind ``state_dict`` / ``load_state_dict``, so checkpoints
+restore it exactly. A new method is one file with one subclass registered by name.
 """
 
 from __future__ import annotations
 
+import json
 from abc import ABC
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -17,6 +24,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from p2pfed.algorithms.payloads import Payload, Received
+from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
@@ -30,30 +39,6 @@ class Options(BaseModel):
     """Method-specific scenario keys under ``algorithm:``; subclasses add fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-@dataclass
-class Payload:
-    """What a device shares: small JSON metadata plus named arrays (the codec's ``meta``/``tensors``)."""
-
-    meta: dict[str, Any]
-    tensors: dict[str, np.ndarray]
-
-
-@dataclass
-class Received:
-    """A payload as cached by the receiver, with who sent it and when."""
-
-    sender: int
-    round: int
-    sent_at: float
-    received_at: float
-    payload: Payload
-    fresh: bool = True  # not yet used by a fusion
-    hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
-
-    def age(self, now: float) -> float:
-        return now - self.sent_at
 
 
 @dataclass
@@ -107,8 +92,10 @@ class DeviceContext:
 class Algorithm(ABC):
     """One device's learning method. Subclasses override the hooks they need.
 
-    Round order, driven by the runtime: ``train`` → ``share`` → (peers' payloads arrive through
-    ``receive``) → ``fuse`` → ``evaluate``.
+    Each time the device acts, the device loop calls ``fuse`` (only if new payloads arrived since
+    the last fusion, through ``fuse_new``), ``train`` (if the device takes part), ``evaluate``
+    (when an evaluation is due) and ``share`` / ``share_parts``; payloads from peers reach
+    ``receive`` in between, after the intake's checks.
     """
 
     name: ClassVar[str]
@@ -156,6 +143,50 @@ class Algorithm(ABC):
     def stats(self) -> dict[str, Any]:
         """Method-specific numbers worth reporting (averaged over devices in summary.json)."""
         return {}
+
+    @classmethod
+    def scenario_problems(cls, options: Options, *, rounds: int, layers: int) -> list[str]:
+        """Options that cannot work with the scenario's ``rounds`` (per device) or the model's
+        number of ``layers``, one 'field: problem' line each; ``p2pfed validate`` reports them."""
+        return []
+
+    # -- state: everything kept between rounds ---------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything this device keeps between rounds, as checkpoint data (tensors, numbers,
+        strings, lists, dicts): model, random streams, visible classes and the cache with its
+        fresh marks. Methods with more state extend it (call ``super()``)."""
+        ctx = self.ctx
+        visible = ctx.visible_classes
+        return {"model": model_state(ctx.model),
+                "torch_rng": ctx.torch_generator.get_state(),
+                "numpy_rng": json.dumps(ctx.rng.bit_generator.state),
+                "visible_classes": None if visible is None else sorted(visible),
+                "cache": [received_state(self.cache[k]) for k in sorted(self.cache, key=_peer_order)]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned; the device then continues exactly."""
+        ctx = self.ctx
+        ctx.model.load_state_dict(state["model"])
+        ctx.torch_generator.set_state(state["torch_rng"])
+        ctx.rng.bit_generator.state = json.loads(state["numpy_rng"])
+        visible = state["visible_classes"]
+        ctx.set_visible_classes(None if visible is None else frozenset(visible))
+        self.cache.clear()
+        for saved in state["cache"]:
+            item = received_from_state(saved)
+            self.receive(item)   # the method rebuilds whatever it derives from its cache
+            item.fresh = saved["fresh"]
+
+    # -- what the device loop calls ----------------------------------------------------------
+    def has_new(self) -> bool:
+        """Whether a payload arrived that no fusion has used yet."""
+        return any(r.fresh for r in self.cache.values())
+
+    def fuse_new(self, round: int, now: float) -> list[Received]:
+        """Fuse, and return the payloads that this fusion used for the first time."""
+        before = [r for r in self.cache.values() if r.fresh]
+        self.fuse(round, now)
+        return [r for r in before if not r.fresh]
 
     # -- helpers for subclasses ------------------------------------------------------------
     def drop_stale(self, now: float, max_age_s: float | None) -> None:

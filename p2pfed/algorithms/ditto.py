@@ -10,11 +10,13 @@ it is the one evaluated. The option is called ``lam`` as in Ditto's reference co
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from pydantic import Field
 
 from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.algorithms.state import model_state
 from p2pfed.learning.regularisers import proximal_loss, snapshot
 from p2pfed.learning.training import Evaluation, evaluate, train_epochs
 
@@ -43,3 +45,10 @@ class Ditto(GossipAvg):
 
     def evaluate(self) -> Evaluation:
         return evaluate(self.personal, self.ctx.x_test, self.ctx.y_test)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "personal": model_state(self.personal)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.personal.load_state_dict(state["personal"])

@@ -5,13 +5,16 @@ and 4.2 [9762352]): FedAvg until the shared model is stable (the papers: round 1
 then one hierarchical clustering of the clients by the cosine similarity of their model
 updates with a distance threshold, a separate model per cluster from then on, and a final
 local fine-tune. Serverless, at ``cluster_round`` every device also sends its update of that
-round (weights after local training minus before); each device clusters itself and its
-neighbours (average-linkage agglomerative clustering on cosine distance, cut at
-``threshold``) and from then on averages only with the neighbours in its own cluster. In the
-last ``fine_tune_rounds`` rounds it trains alone.
+round (weights after local training minus before). At its next fusion — the first one after
+those updates can have arrived, in the loop's fuse → train → share order — each device clusters
+itself and the neighbours whose updates it holds (average-linkage agglomerative clustering on
+cosine distance, cut at ``threshold``) and from then on averages only with the neighbours in its
+own cluster. In the last ``fine_tune_rounds`` rounds it trains alone.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +23,7 @@ from sklearn.cluster import AgglomerativeClustering
 
 from p2pfed.algorithms.base import DeviceContext, Options, Payload, Received, expect_array, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.model import num_parameters
 from p2pfed.learning.regularisers import snapshot
 
@@ -60,6 +64,7 @@ class FedClar(GossipAvg):
         self.cluster_round = ctx.rounds // 2 if options.cluster_round is None else options.cluster_round
         self.update: np.ndarray | None = None
         self.cluster: set[int] | None = None  # peers averaged with, once clustered
+        self.candidates = 0                    # neighbours whose updates were clustered
 
     def local_phase(self, round: int) -> bool:
         return round >= self.ctx.rounds - self.options.fine_tune_rounds
@@ -85,16 +90,45 @@ class FedClar(GossipAvg):
                          check=lambda a: bool(np.isfinite(a).all()))
 
     def mates(self, round: int, fresh: list[Received]) -> list[Received]:
-        if round == self.cluster_round and self.update is not None:
-            peers = [r for r in fresh if "update" in r.payload.tensors]
-            updates = np.stack([self.update] + [np.asarray(r.payload.tensors["update"], dtype=np.float32)
-                                                for r in peers])
-            chosen = cluster_of_first(updates, self.options.threshold)
-            self.cluster = {peers[i - 1].sender for i in chosen if i > 0}
+        if self.cluster is None and self.update is not None:
+            self.cluster = self._form_cluster([r for r in fresh if "update" in r.payload.tensors])
         if self.cluster is None:
             return fresh
         return [r for r in fresh if r.sender in self.cluster]
 
+    def _form_cluster(self, peers: list[Received]) -> set[int]:
+        """The neighbours clustered with this device by their updates (once, for the rest of the run)."""
+        updates = np.stack([self.update] + [np.asarray(r.payload.tensors["update"], dtype=np.float32)
+                                            for r in peers])
+        chosen = cluster_of_first(updates, self.options.threshold)
+        self.candidates = len(peers)
+        return {peers[i - 1].sender for i in chosen if i > 0}
+
+    @classmethod
+    def scenario_problems(cls, options: FedClarOptions, *, rounds: int, layers: int) -> list[str]:
+        cluster_round = rounds // 2 if options.cluster_round is None else options.cluster_round
+        last = rounds - options.fine_tune_rounds - 2
+        if cluster_round > last:
+            return [f"algorithm.cluster_round: {cluster_round} leaves no round to cluster in before the "
+                    f"fine-tune (updates are shared at cluster_round and clustered at the next fusion); "
+                    f"use at most {max(last, 0)} or more rounds"]
+        return []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "update": array_state(self.update),
+                "cluster": None if self.cluster is None else sorted(self.cluster),
+                "candidates": self.candidates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.update = array_from_state(state["update"])
+        self.cluster = None if state["cluster"] is None else set(state["cluster"])
+        self.candidates = state["candidates"]
+
     def stats(self) -> dict:
-        """How many neighbours each device kept in its cluster (once clustered)."""
-        return {} if self.cluster is None else {"cluster_peers": len(self.cluster)}
+        """Whether the device formed its cluster, its members (itself included) and how many
+        neighbours' updates it clustered."""
+        if self.cluster is None:
+            return {"clustered": 0}
+        return {"clustered": 1, "cluster_members": len(self.cluster) + 1,
+                "cluster_candidates": self.candidates + 1}

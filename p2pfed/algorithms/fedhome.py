@@ -10,6 +10,8 @@ run's rounds it never communicates (local training on balanced data).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pydantic import Field
 
@@ -53,6 +55,15 @@ class FedHome(GossipAvg):
             return super().train(round)
         x, y = self.balanced_set()
         train_epochs(self.ctx.model, x, y, self.ctx.training, self.ctx.torch_generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        balanced = None if self.balanced is None else [t.clone() for t in self.balanced]
+        return {**super().state_dict(), "balanced": balanced}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        b = state["balanced"]
+        self.balanced = None if b is None else (b[0].clone(), b[1].clone())
 
     def stats(self) -> dict:
         """Synthetic samples SMOTE added to the device's fine-tune set (once it has started)."""

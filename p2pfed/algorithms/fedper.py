@@ -43,3 +43,10 @@ class FedPer(GossipAvg):
 
     def shared_names(self) -> list[str]:
         return self.body
+
+    @classmethod
+    def scenario_problems(cls, options: FedPerOptions, *, rounds: int, layers: int) -> list[str]:
+        if options.head_layers >= layers:
+            return [f"algorithm.head_layers: {options.head_layers} leaves no shared body in a "
+                    f"{layers}-layer model; use at most {layers - 1}"]
+        return []

@@ -24,7 +24,7 @@ unit and class (see ``encode_subnetworks``), instead of one masked copy of the m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
                                     expect_array, register)
+from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.clustering import ClusteringCache
 from p2pfed.learning.collaborative import predict_missing
 from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
@@ -200,6 +201,29 @@ class FedSub(Algorithm):
         if self.options.predict_missing:
             out["predicted_classes_fused"] = self.last_predicted
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Besides the base state: this device's own artifacts of its last share (its side of the
+        next fusion) and the statistics of its last fusion. Parsed peer artifacts are rebuilt
+        from the cache on load, and clusterings are a memo keyed on content."""
+        own = self.own
+        own_state = None if own is None else {
+            "classes": list(own.classes), "prototypes": array_state(own.prototypes),
+            "scores": list(own.scores), "values": {k: v.clone() for k, v in own.values.items()},
+            "units": {c: [array_state(u) for u in masks] for c, masks in own.units.items()}}
+        return {**super().state_dict(), "own": own_state, "last_k": dict(self.last_k),
+                "last_predicted": self.last_predicted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.parsed.clear()
+        super().load_state_dict(state)
+        own = state["own"]
+        self.own = None if own is None else Artifacts(
+            classes=list(own["classes"]), prototypes=array_from_state(own["prototypes"]),
+            scores=list(own["scores"]), values={k: v.clone() for k, v in own["values"].items()},
+            units={int(c): [array_from_state(u) for u in masks] for c, masks in own["units"].items()})
+        self.last_k = {int(c): int(k) for c, k in state["last_k"].items()}
+        self.last_predicted = int(state["last_predicted"])
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:

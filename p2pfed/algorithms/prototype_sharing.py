@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from p2pfed.algorithms.base import Algorithm, ArtifactError, Options, Payload, expect_array
+from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.prototypes import average_prototypes, class_prototypes
 from p2pfed.learning.regularisers import prototype_loss
 from p2pfed.learning.training import ExtraLoss
@@ -66,6 +67,17 @@ class PrototypeSharing(Algorithm):
         if entries:
             self.averaged = average_prototypes(entries, self.ctx.num_classes,
                                                self.ctx.model.layers[-1].in_features)
+
+    def state_dict(self) -> dict[str, Any]:
+        own = None if self.own_prototypes is None else [array_state(a) for a in self.own_prototypes]
+        averaged = None if self.averaged is None else [t.clone() for t in self.averaged]
+        return {**super().state_dict(), "own_prototypes": own, "averaged_prototypes": averaged}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        own, averaged = state["own_prototypes"], state["averaged_prototypes"]
+        self.own_prototypes = None if own is None else tuple(array_from_state(t) for t in own)
+        self.averaged = None if averaged is None else (averaged[0].clone(), averaged[1].clone())
 
     def prototype_term(self) -> ExtraLoss | None:
         """The pull toward the averaged prototypes, once there are any."""

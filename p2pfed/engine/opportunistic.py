@@ -1,8 +1,9 @@
 """The opportunistic runtime: no rounds, devices learn on their own clocks and talk only in contact.
 
-Each device is a SimPy process that trains every ``train_period_s`` (± jitter), fusing first if
-its cache holds artifacts it has not used. Its share is split into parts (``share_parts``) so a
-short contact can still deliver the small ones. When a contact starts, each direction runs one
+Each device is a SimPy process that acts through its ``DeviceLoop`` every ``train_period_s``
+(± jitter): fuse what arrived since its last fusion, train, share. Its share is split into parts
+(``share_parts``) so a short contact can still deliver the small ones; everything that arrives
+goes through the device's ``Intake``. When a contact starts, each direction runs one
 transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
 contact end (or either device going offline) interrupts is aborted and its bytes on air are
 wasted. Nothing partial ever reaches an algorithm. Before each transfer the devices compare
@@ -22,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from p2pfed.algorithms.base import Algorithm, Received
+from p2pfed.algorithms import Algorithm, Received
+from p2pfed.device import DeviceLoop, IntakeRules, encode_share
 from p2pfed.engine.contacts import Contact, ContactPlan
-from p2pfed.engine.delivery import Delivery, encode_share
+from p2pfed.engine.delivery import Delivery
 from p2pfed.results.recorder import Recorder
 
 SEND_POLICIES = ("smallest-first", "largest-first", "whole")
@@ -80,8 +82,6 @@ class DeviceState:
     own: list[Offer] = field(default_factory=list)
     carried: dict[tuple[int, str], Carried] = field(default_factory=dict)
     have: dict[tuple[int, str], tuple[int, float]] = field(default_factory=dict)
-    trainings: int = 0
-    fusions: int = 0
     offline_s: float = 0.0
 
 
@@ -109,16 +109,20 @@ class OpportunisticSimulation:
         self.on_time = on_time
         self.first_training_s = (list(first_training_s) if first_training_s is not None else
                                  list(rng.uniform(0, schedule.train_period_s, len(algorithms))))
-        self.delivery = Delivery(algorithms, recorder, max_message_bytes, hop_limit=forwarding.hop_limit)
         n = len(algorithms)
+        self.loops = [DeviceLoop(i, algo, recorder, clock=lambda: float(self.env.now),
+                                 max_message_bytes=max_message_bytes,
+                                 neighbours=lambda i=i: self.plan.neighbours(i, float(self.env.now)),
+                                 max_age_s=schedule.max_age_s, split_parts=schedule.send_policy != "whole")
+                      for i, algo in enumerate(algorithms)]
+        self.delivery = Delivery(algorithms, recorder,
+                                 IntakeRules(max_message_bytes, max_age_s=schedule.max_age_s,
+                                             hop_limit=forwarding.hop_limit, num_devices=n))
         self.state = [DeviceState() for _ in range(n)]
         # Pulses wake waiting transfers: a device has something new to offer / went on or offline.
         self.news = [self.env.event() for _ in range(n)]
         self.switched = [self.env.event() for _ in range(n)]
         self.went_offline = [self.env.event() for _ in range(n)]
-        for i, algo in enumerate(algorithms):
-            if getattr(algo, "ctx", None) is not None:
-                algo.ctx.neighbours = lambda i=i: self.plan.neighbours(i, float(self.env.now))
 
     def _pulse(self, events: list[simpy.Event], i: int) -> None:
         ev, events[i] = events[i], self.env.event()
@@ -135,22 +139,9 @@ class OpportunisticSimulation:
             yield self.env.timeout(sch.train_period_s + jitter)
 
     def _step(self, i: int) -> None:
-        algo, st, now = self.algorithms[i], self.state[i], float(self.env.now)
-        algo.drop_stale(now, self.schedule.max_age_s)
-        fresh = [r for r in algo.cache.values() if r.fresh]
-        if fresh:
-            algo.fuse(st.trainings, now)
-            used = [r.age(now) for r in fresh if not r.fresh]
-            if used:
-                st.fusions += 1
-                self.recorder.fused(used)
-        algo.train(st.trainings)
-        parts = ([algo.share(st.trainings)] if self.schedule.send_policy == "whole"
-                 else algo.share_parts(st.trainings))
-        st.own = [Offer(i, p.meta.get("part", "whole"), st.trainings, now,
-                        encode_share(algo.message_kind, i, st.trainings, now, p, self.max_message_bytes))
-                  for p in parts if p is not None]
-        st.trainings += 1
+        loop = self.loops[i]
+        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, out.data)
+                             for out in loop.act(loop.actions)]
         self._pulse(self.news, i)
 
     def _interval(self) -> int:
@@ -166,7 +157,8 @@ class OpportunisticSimulation:
         while True:
             t = min(t, end)
             yield self.env.timeout(t - self.env.now)
-            self.recorder.evaluation(index, float(self.env.now), [a.evaluate() for a in self.algorithms])
+            for loop in self.loops:
+                loop.evaluate(index)
             index += 1
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
@@ -295,10 +287,9 @@ class OpportunisticSimulation:
     def stats(self) -> dict[str, float | None]:
         """Per-device means worth reporting next to the communication counters."""
         n = max(len(self.state), 1)
-        ages = self.recorder.fused_ages
         return {
-            "trainings_per_device": sum(s.trainings for s in self.state) / n,
-            "fusions_per_device": sum(s.fusions for s in self.state) / n,
-            "mean_fused_age_s": float(np.mean(ages)) if ages else None,
+            "trainings_per_device": sum(loop.actions for loop in self.loops) / n,
+            "fusions_per_device": sum(loop.fusions for loop in self.loops) / n,
+            "mean_fused_age_s": self.recorder.mean_fused_age_s,
             "offline_fraction": sum(s.offline_s for s in self.state) / n / max(self.schedule.duration_s, 1e-12),
         }

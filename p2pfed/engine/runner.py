@@ -1,21 +1,23 @@
 """Run one scenario in the simulator and produce its results (the ``p2pfed run`` job).
 
 Without a ``contacts`` section (``contacts.kind: none``) devices run synchronous rounds over the
-static ``topology`` graph; any other contact kind runs the opportunistic runtime.
+static ``topology`` graph; any other contact kind runs the opportunistic runtime. Synchronous
+runs can checkpoint at round boundaries and continue from there with identical results.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from p2pfed.algorithms import Algorithm
-from p2pfed.algorithms.model_payload import model_payload
+from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
@@ -25,20 +27,28 @@ from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.summary import build_summary
 from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build_graph,
                                   load_scenario_dataset)
-from p2pfed.scenario.loader import LoadedScenario
-from p2pfed.transport import Message, encode
+from p2pfed.scenario.loader import LoadedScenario, dump
+from p2pfed.scenario.randomness import int_seed, stream
+
+CHECKPOINT_KIND = "simulation"
 
 
-def full_model_bytes(model: torch.nn.Module) -> int:
-    """Encoded size of one whole-model message: the yardstick for communication ratios."""
-    p = model_payload(model, 0)
-    return len(encode(Message(kind="gossip/model", sender=0, round=0, sent_at=0.0,
-                              meta=p.meta, tensors=p.tensors)))
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a synchronous run keeps its checkpoint, how often it writes one, and whether it
+    stops early (after ``stop_after_round`` rounds, to be continued by a later run)."""
+
+    path: Path
+    every: int = 1
+    stop_after_round: int | None = None
 
 
-def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
-                 progress: bool = True) -> dict[str, Any]:
-    """Simulate the scenario; write the results files to ``out_dir`` if given; return the summary."""
+def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progress: bool = True,
+                 checkpointing: Checkpointing | None = None) -> dict[str, Any] | None:
+    """Simulate the scenario; write the results files to ``out_dir`` if given; return the summary.
+
+    With ``checkpointing``, a synchronous run resumes from its checkpoint file if there is one,
+    writes it every ``every`` rounds, and returns None if it stopped before the last round."""
     sc = loaded.scenario
     torch.set_num_threads(sc.engine.torch_threads)
     wall_start = time.perf_counter()
@@ -46,19 +56,19 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
     n = len(dataset.devices)
     graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
     algorithms = build_algorithms(loaded, dataset)
-    class_schedule = build_class_schedule(loaded, dataset)
-    if class_schedule is not None and sc.contacts.kind != "none":
-        raise ValueError("dynamic.devices_fraction needs synchronous rounds (contacts.kind: none): "
-                         "classes return on a round schedule")
     recorder = Recorder(n)
-    rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(n + 1)[-1])
     plan = None
     if sc.contacts.kind == "none":
-        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, rng, progress, class_schedule)
+        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing)
+        if sim_time is None:
+            return None
     else:
-        sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, rng, progress)
-    summary = build_summary(loaded, recorder, algorithms, devices=n, sim_time_s=sim_time,
-                            wall_time_s=time.perf_counter() - wall_start,
+        if checkpointing is not None:
+            raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
+                             "(contacts.kind: none) only")
+        sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress)
+    summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
+                            devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
     if out_dir is not None:
         write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices])
@@ -70,9 +80,10 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *,
 
 
 def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                rng: np.random.Generator, progress: bool, class_schedule) -> tuple[float, dict[str, Any]]:
+                progress: bool, dataset, checkpointing: Checkpointing | None) -> tuple[float | None, dict[str, Any]]:
     sc = loaded.scenario
     n = len(algorithms)
+    class_schedule = build_class_schedule(loaded, dataset)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
                              participation=sc.engine.participation, eval_every=sc.evaluation.every)
     bar = tqdm(total=sc.rounds, desc=f"{sc.algorithm.name}", unit="round", disable=not progress,
@@ -83,13 +94,27 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
         if recorder.latest:
             bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
-    sim = Simulation(algorithms, graph, schedule, recorder, rng,
+    sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
                      class_schedule=class_schedule)
+    fingerprint = json.dumps(dump(loaded), sort_keys=True)
     try:
-        sim_time = sim.run()
+        if checkpointing is not None and checkpointing.path.exists():
+            sim.load_state_dict(load_checkpoint(checkpointing.path, CHECKPOINT_KIND, fingerprint))
+            bar.update(sim.next_round)
+        stop = sc.rounds
+        if checkpointing is not None and checkpointing.stop_after_round is not None:
+            stop = min(stop, checkpointing.stop_after_round)
+        while sim.next_round < stop:
+            step = stop - sim.next_round if checkpointing is None else checkpointing.every
+            sim_time = sim.run(until_round=min(sim.next_round + step, stop))
+            if checkpointing is not None:
+                save_checkpoint(checkpointing.path, CHECKPOINT_KIND, fingerprint, sim.state_dict())
     finally:
+        sim.close()
         bar.close()
+    if sim.next_round < sc.rounds:
+        return None, {}
     extra = {} if class_schedule is None else {"dynamic": {
         "devices_changed": sorted(class_schedule.removed),
         "classes_hidden_at_start": sum(len(v) for v in class_schedule.removed.values()),
@@ -99,12 +124,13 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
                       **extra}
 
 
-def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                  rng: np.random.Generator, progress: bool) -> tuple[float, dict[str, Any], ContactPlan]:
+def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
+                  recorder: Recorder, progress: bool) -> tuple[float, dict[str, Any], ContactPlan]:
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
-    plan, duration = build_contact_plan(c, n, seed=sc.seed, graph=graph, file=loaded.resolve(c.file))
+    plan, duration = build_contact_plan(c, n, seed=int_seed(sc.seed, "contacts"), graph=graph,
+                                        file=loaded.resolve(c.file))
     schedule = AsyncSchedule(duration_s=duration, train_period_s=a.train_period_s,
                              train_jitter_s=a.train_jitter_s,
                              eval_every_s=sc.evaluation.every_s or duration / 20,
@@ -113,8 +139,8 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, re
                             buffer_items=fw.buffer_items)
     offline = []
     if churn.mean_online_s is not None:
-        churn_rng = np.random.default_rng(np.random.SeedSequence([sc.seed, 0xC4C4]))
-        offline = churn_intervals(n, duration, churn.mean_online_s, churn.mean_offline_s, churn_rng)
+        offline = churn_intervals(n, duration, churn.mean_online_s, churn.mean_offline_s,
+                                  stream(sc.seed, "churn"))
     bar = tqdm(total=round(duration), desc=f"{sc.algorithm.name}", unit="sim s", disable=not progress,
                leave=False)
 
@@ -123,7 +149,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph, re
         if recorder.latest:
             bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
 
-    sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, rng,
+    sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=on_time)
     try:

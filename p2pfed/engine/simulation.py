@@ -1,25 +1,34 @@
-"""The SimPy runtime: every device is a process, every link delays bytes by latency + size/bandwidth.
+"""The synchronous SimPy runtime: every device is a process, every link delays bytes by
+latency + size/bandwidth.
 
 Simulated time is separate from wall time: a round takes ``round_period_s`` simulated seconds
-however long the arithmetic takes. Each message is encoded once by the wire codec, held for the
-simulated transfer time, then pushed through a real ZeroMQ inproc socket into the receiver's
-mailbox and decoded there, so byte counts are real encoded sizes and a bad message is caught
-exactly where a real peer would catch it.
+however long the arithmetic takes. At the start of each round every device acts through its
+``DeviceLoop`` (fuse → train → evaluate → share); each share is encoded once and queued on a
+first-in-first-out link per direction of each edge, then pushed through a real ZeroMQ inproc
+socket into the receiver's intake. Byte counts are real encoded sizes, and a bad message is
+caught exactly where a real peer would catch it.
+
+A run can stop at any round boundary and continue later from ``state_dict`` — devices, links,
+messages in flight, counters and random streams — with bit-identical results.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 import numpy as np
 import simpy
+import torch
 
-from p2pfed.algorithms.base import Algorithm, Payload
+from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
-from p2pfed.engine.delivery import Delivery, encode_share
+from p2pfed.device import DeviceLoop, IntakeRules, Outgoing
+from p2pfed.engine.delivery import Delivery
 from p2pfed.results.recorder import Recorder
 
 log = logging.getLogger("p2pfed.engine")
@@ -36,85 +45,149 @@ class RoundSchedule:
         return (r + 1) % self.eval_every == 0 or r == self.rounds - 1
 
 
+@dataclass
+class Transfer:
+    """One message on one link direction: when its last byte leaves and when it arrives."""
+
+    src: int
+    dst: int
+    data: bytes
+    round: int
+    done_at: float
+    arrive_at: float
+    completed: bool = False
+
+
 class Simulation:
-    """Synchronous rounds over a static graph: train, share with neighbours, fuse, evaluate."""
+    """Synchronous rounds over a static graph."""
 
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None) -> None:
-        self.env = simpy.Environment()
+        """``rng``: the stream that draws which devices take part in each round."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
         self.recorder = recorder
         self.rng = rng
-        self.max_message_bytes = max_message_bytes
         self.on_round = on_round
-        self.class_schedule = class_schedule
-        self.delivery = Delivery(algorithms, recorder, max_message_bytes)
-        for i, algo in enumerate(algorithms):
-            algo.ctx.neighbours = lambda i=i: sorted(graph.neighbors(i))
-        # One FIFO per direction of each edge: transfers on a link queue behind each other.
-        self.links = {(a, b): simpy.Resource(self.env, capacity=1)
-                      for u, v in graph.edges for a, b in ((u, v), (v, u))}
-        self._evaluations: dict[int, list] = {}
+        n = len(algorithms)
+        self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
+        self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
+                                 neighbours=self.neighbours[i].copy,
+                                 visible_classes=None if class_schedule is None
+                                 else (lambda r, i=i: class_schedule.visible(i, r)))
+                      for i, algo in enumerate(algorithms)]
+        self.delivery = Delivery(algorithms, recorder,
+                                 IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n))
+        self.next_round = 0
+        self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
+        self.in_flight: dict[int, Transfer] = {}
+        self._transfer_ids = 0
+        self._active: tuple[int, np.ndarray] | None = None
+        self.env = simpy.Environment()
+
+    def now(self) -> float:
+        return float(self.env.now)
 
     # -- processes -------------------------------------------------------------------------
-    def _device(self, i: int, active_by_round: np.ndarray):
-        """One device's loop, FedSub Alg. 1 order: integrate what peers sent during the last
-        round, train on the result, evaluate the model the device now holds, share."""
-        algo = self.algorithms[i]
-        period = self.schedule.round_period_s
-        for r in range(self.schedule.rounds):
-            if self.class_schedule is not None:
-                algo.ctx.set_visible_classes(self.class_schedule.visible(i, r))
-            algo.fuse(r, self.env.now)
-            if active_by_round[r, i]:
-                algo.train(r)
-            if self.schedule.evaluates(r):
-                self._collect(r, i, algo.evaluate())
-            if active_by_round[r, i]:
-                payload = algo.share(r)
-                if payload is not None:
-                    self._broadcast(i, r, algo.message_kind, payload)
-            if i == len(self.algorithms) - 1 and self.on_round is not None:
-                self.on_round(r, float(self.env.now))
-            yield self.env.timeout((r + 1) * period - self.env.now)
+    def _device(self, i: int, until: int):
+        loop, period = self.loops[i], self.schedule.round_period_s
+        for r in range(self.next_round, until):
+            yield self.env.timeout(r * period - self.env.now)
+            for out in loop.act(r, train=bool(self._active_row(r)[i]), evaluate=self.schedule.evaluates(r)):
+                self._broadcast(i, out, out.sent_at)
+            if i == len(self.loops) - 1 and self.on_round is not None:
+                self.on_round(r, self.now())
 
-    def _broadcast(self, src: int, r: int, kind: str, payload: Payload) -> None:
-        data = encode_share(kind, src, r, float(self.env.now), payload, self.max_message_bytes)
-        for dst in sorted(self.graph.neighbors(src)):
-            self.recorder.sent(src, len(data), r)
+    def _active_row(self, r: int) -> np.ndarray:
+        """Which devices take part in round ``r``, drawn once per round, in round order."""
+        if self._active is None or self._active[0] != r:
+            n = len(self.loops)
+            row = (self.rng.random(n) < self.schedule.participation if self.schedule.participation < 1
+                   else np.ones(n, dtype=bool))
+            self._active = (r, row)
+        return self._active[1]
+
+    def _broadcast(self, src: int, out: Outgoing, now: float) -> None:
+        """Queue one encoded share on the link to every neighbour (first in, first out)."""
+        size = len(out.data)
+        for dst in self.neighbours[src]:
+            self.recorder.sent(src, size, out.round)
             self.recorder.transfer_started(src)
-            self.env.process(self._transfer(src, dst, data, r))
+            edge = self.graph.edges[src, dst]
+            start = max(now, self.free_at.get((src, dst), now))
+            done = start + 8.0 * size / edge["bandwidth_bps"]
+            self.free_at[src, dst] = done
+            self._launch(Transfer(src, dst, out.data, out.round, done, done + edge["latency_s"]))
 
-    def _transfer(self, src: int, dst: int, data: bytes, r: int):
-        edge = self.graph.edges[src, dst]
-        with self.links[src, dst].request() as slot:
-            yield slot
-            yield self.env.timeout(8.0 * len(data) / edge["bandwidth_bps"])
-        self.recorder.transfer_completed(src)
-        yield self.env.timeout(edge["latency_s"])
-        self.delivery.deliver(src, dst, data, float(self.env.now), r)
+    def _launch(self, transfer: Transfer) -> None:
+        key = self._transfer_ids
+        self._transfer_ids += 1
+        self.in_flight[key] = transfer
+        self.env.process(self._carry(key, transfer))
 
-    def _collect(self, r: int, i: int, evaluation) -> None:
-        evals = self._evaluations.setdefault(r, [None] * len(self.algorithms))
-        evals[i] = evaluation
-        if all(e is not None for e in evals):
-            self.recorder.evaluation(r, float(self.env.now), evals)
-            del self._evaluations[r]
+    def _carry(self, key: int, t: Transfer):
+        if not t.completed:
+            yield self.env.timeout(t.done_at - self.env.now)
+            t.completed = True
+            self.recorder.transfer_completed(t.src)
+        yield self.env.timeout(t.arrive_at - self.env.now)
+        del self.in_flight[key]
+        self.delivery.deliver(t.src, t.dst, t.data, float(self.env.now), t.round)
 
     # -- driver ----------------------------------------------------------------------------
-    def run(self) -> float:
-        """Run all rounds; returns the simulated time at the end."""
-        n = len(self.algorithms)
-        active = self.rng.random((self.schedule.rounds, n)) < self.schedule.participation
+    def run(self, until_round: int | None = None) -> float:
+        """Run the rounds from ``next_round`` up to ``until_round`` (default: the last); returns
+        the simulated time. Bytes still in flight at the end of the last round never arrive;
+        at an earlier stop they stay in flight, in ``state_dict``."""
+        end = self.schedule.rounds if until_round is None else min(until_round, self.schedule.rounds)
+        for i in range(len(self.loops)):
+            self.env.process(self._device(i, end))
         try:
-            for i in range(n):
-                self.env.process(self._device(i, active))
-            # Stop at the end of the last round: bytes still in flight then never arrive.
-            self.env.run(until=self.schedule.rounds * self.schedule.round_period_s)
+            self.env.run(until=end * self.schedule.round_period_s)
         finally:
-            self.delivery.close()
+            if end == self.schedule.rounds:
+                self.delivery.close()
+        self.next_round = end
         return float(self.env.now)
+
+    def close(self) -> None:
+        self.delivery.close()
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue from ``next_round``: checkpoint data (tensors, numbers,
+        strings, lists, dicts), for ``torch.save`` and ``torch.load(weights_only=True)``."""
+        return {
+            "next_round": self.next_round,
+            "time": float(self.env.now),
+            "devices": [loop.state_dict() for loop in self.loops],
+            "intakes": [intake.state_dict() for intake in self.delivery.intakes],
+            "recorder": self.recorder.state_dict(),
+            "rng": json.dumps(self.rng.bit_generator.state),
+            "free_at": [[s, d, t] for (s, d), t in sorted(self.free_at.items())],
+            "in_flight": [{"src": t.src, "dst": t.dst, "round": t.round, "done_at": t.done_at,
+                           "arrive_at": t.arrive_at, "completed": t.completed,
+                           "data": torch.frombuffer(bytearray(t.data), dtype=torch.uint8)}
+                          for _, t in sorted(self.in_flight.items())],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue a run saved by ``state_dict`` (on a Simulation built from the same scenario)."""
+        self.next_round = int(state["next_round"])
+        self.env = simpy.Environment(initial_time=float(state["time"]))
+        for loop, saved in zip(self.loops, state["devices"], strict=True):
+            loop.load_state_dict(saved)
+        for intake, saved in zip(self.delivery.intakes, state["intakes"], strict=True):
+            intake.load_state_dict(saved)
+        restored = Recorder.from_state(state["recorder"])
+        for name in vars(restored):
+            setattr(self.recorder, name, getattr(restored, name))
+        self.rng.bit_generator.state = json.loads(state["rng"])
+        self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
+        self.in_flight.clear()
+        for t in state["in_flight"]:
+            self._launch(Transfer(t["src"], t["dst"], t["data"].numpy().tobytes(), t["round"],
+                                  t["done_at"], t["arrive_at"], t["completed"]))

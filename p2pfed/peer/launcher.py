@@ -136,7 +136,7 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
             raise RuntimeError(f"peer {i} wrote no results (see {d / 'peer.log'})")
         reports.append(json.loads(f.read_text()))
     n = len(reports)
-    return write_results(out, loaded, reports, start_time=plan.start_time, wall_time_s=wall_time_s,
+    return write_results(out, loaded, reports, wall_time_s=wall_time_s,
                          full_model_bytes=reports[0]["full_model_bytes"],
                          topology={"nodes": n, "edges": plan.num_edges,
                                    "mean_degree": round_float(2 * plan.num_edges / max(n, 1))},

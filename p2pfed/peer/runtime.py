@@ -1,17 +1,14 @@
 """One real peer: the simulator's device loop on a wall clock and tcp ZeroMQ sockets.
 
-The loop is the simulator's, in the open: train → share → wait (bounded) for this round's
-artifacts from each live neighbour → fuse → evaluate → checkpoint. The algorithm object, the
-codec and the results files are the simulator's; only the clock and the sockets differ.
+Each round the peer runs its device through the same ``DeviceLoop`` as the simulator (fuse what
+arrived → train → evaluate → share), sends the share to its neighbours, then waits (bounded) for
+this round's artifacts from each live neighbour, and checkpoints. Every incoming frame goes
+through the same ``Intake`` as in the simulator — with the CURVE key that sent it as the link's
+peer — and every event reaches the same ``Recorder``, live. Only the clock and the sockets
+differ from a simulated device, as SimPy's ``RealtimeEnvironment`` differs from ``Environment``.
 
 Why the waits are bounded: a neighbour that vanished must never block the others. A neighbour
 that misses a round's deadline counts as absent and is not waited for again until it sends.
-
-Every incoming message is checked in this order: not from an ignored peer; decodes (size,
-dtypes, shapes, finite values — never unpickled); the id it claims is the CURVE key that sent it
-(ZAP User-Id) and a neighbour; the method's kind; the method's ``check_payload`` against the
-local model. A failure drops the message, counts it with a reason and logs it with the peer's id;
-a peer with more than ``max_bad_messages`` failures is ignored from then on.
 """
 
 from __future__ import annotations
@@ -21,24 +18,23 @@ import logging
 import signal
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 import zmq
 
-from p2pfed.algorithms.base import ArtifactError, Payload, Received
-from p2pfed.engine.runner import full_model_bytes
-from p2pfed.peer import checkpoint
+from p2pfed.device import (DeviceLoop, Intake, IntakeRules, full_model_bytes, load_checkpoint,
+                           save_checkpoint)
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
-from p2pfed.peer.results import round_entry, write_results
-from p2pfed.results.recorder import DeviceCounters
+from p2pfed.peer.results import write_results
+from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
 from p2pfed.scenario.loader import ScenarioError, dump, load_scenario
-from p2pfed.transport import CodecError, Mailbox, Message, Outbox, decode, encode
+from p2pfed.scenario.randomness import int_seed
+from p2pfed.transport import Mailbox, Outbox
 
 log = logging.getLogger("p2pfed.peer")
 
@@ -50,10 +46,6 @@ def insecure_warning(what: str) -> None:
     print(f"\n*** WARNING: {what} runs WITHOUT encryption or authentication (--insecure): anyone who "
           "can reach its port can send it artifacts. Use only on a trusted, isolated network. ***\n",
           file=sys.stderr, flush=True)
-
-
-class IdentityError(ArtifactError):
-    """A message whose claimed sender is not the key it came with, or not a neighbour."""
 
 
 class Peer:
@@ -73,7 +65,7 @@ class Peer:
         if cfg.data is not None:
             device = load_own_data(loaded_config.resolve(cfg.data.path), cfg.id,
                                    num_features=dataset.num_features, num_classes=dataset.num_classes,
-                                   test_fraction=cfg.data.test_fraction, seed=sc.seed)
+                                   test_fraction=cfg.data.test_fraction, seed=int_seed(sc.seed, "data-split"))
         elif cfg.id >= len(dataset.devices):
             raise ScenarioError([f"{where}: id: the scenario has devices 0..{len(dataset.devices) - 1}, "
                                  f"got {cfg.id} (or give data.path)"])
@@ -89,16 +81,20 @@ class Peer:
         self.checkpoint_path = self.out / "checkpoint.pt"
         self.fingerprint = json.dumps({"peer": cfg.id, "scenario": dump(self.loaded)}, sort_keys=True)
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
-        self.counters = DeviceCounters()
-        self.drop_reasons: Counter = Counter()
-        self.bad: Counter = Counter()          # failures per (authenticated or claimed) peer id
-        self.ignored: set[int] = set()
+        self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
+        self.recorder = Recorder([cfg.id], time_origin=self.start_time)
+        self.loop = DeviceLoop(cfg.id, self.algo, self.recorder, clock=time.time,
+                               max_message_bytes=sc.engine.max_message_bytes,
+                               neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
+                               visible_classes=self.visible_classes)
+        self.intake = Intake(cfg.id, self.algo, self.recorder,
+                             IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
+                                         max_bad_messages=cfg.max_bad_messages, contain_errors=True),
+                             is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
-        self.history: list[dict[str, Any]] = []
         self.resumed_from: list[int] = []
         self.send_failed = 0
-        self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
         self.next_round = self.next_round_at_start = 0
         torch.set_num_threads(sc.engine.torch_threads)
         self._open_sockets(loaded_config)
@@ -136,70 +132,42 @@ class Peer:
         if not self.context.closed:
             self.context.term()
 
+    # -- what the tests and reports read ---------------------------------------------------------
+    @property
+    def counters(self) -> DeviceCounters:
+        return self.recorder.devices[0]
+
+    @property
+    def drop_reasons(self):
+        return self.recorder.drop_reasons
+
+    @property
+    def bad(self):
+        return self.intake.bad
+
+    @property
+    def ignored(self) -> set[int]:
+        return self.intake.ignored
+
     # -- messages ----------------------------------------------------------------------------
-    def _drop(self, who: int | None, reason: str, detail: str) -> None:
-        self.counters.messages_dropped += 1
-        self.drop_reasons[reason] += 1
-        name = "an unknown peer" if who is None else f"peer {who}"
-        log.warning("peer %d dropped a message from %s: %s %s", self.config.id, name, reason, detail)
-        if who is None or reason == "ignored":
-            return
-        self.bad[who] += 1
-        if self.bad[who] > self.config.max_bad_messages and who not in self.ignored:
-            self.ignored.add(who)
-            if who in self.endpoints:
-                self.outbox.disconnect(self.endpoints[who])
-            log.error("peer %d disconnects peer %d after %d bad messages; it is ignored from now on",
-                      self.config.id, who, self.bad[who])
+    def _disconnect(self, who: int) -> None:
+        if who in self.endpoints:
+            self.outbox.disconnect(self.endpoints[who])
 
     def handle(self, frame: zmq.Frame) -> bool:
-        """Check one incoming message and hand it to the algorithm; True if it was accepted."""
+        """Take one incoming frame in through the intake; True if it was accepted."""
         who: int | None = None
         if self.secure:
             try:
                 who = int(frame.get("User-Id"))
             except (zmq.ZMQError, ValueError, TypeError):
-                self._drop(None, "identity", "no authenticated peer id on the message")
+                self.intake.refuse(None, self.next_round, "identity", "no authenticated peer id on the message")
                 return False
-        if who in self.ignored:
-            self._drop(who, "ignored", "")
+        item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
+        if item is None:
             return False
-        data = frame.bytes
-        try:
-            msg = decode(data, max_bytes=self.loaded.scenario.engine.max_message_bytes)
-            if not self.secure and msg.sender in self.endpoints:
-                who = msg.sender  # unauthenticated: the best attribution there is
-                if who in self.ignored:
-                    self._drop(who, "ignored", "")
-                    return False
-            if who is not None and msg.sender != who:
-                raise IdentityError(f"claims to be peer {msg.sender} but was sent with peer {who}'s key")
-            if msg.sender not in self.endpoints:
-                raise IdentityError(f"claims to be peer {msg.sender}, not a neighbour")
-            if msg.round >= self.loaded.scenario.rounds:
-                raise ArtifactError(f"round {msg.round} is past the run's {self.loaded.scenario.rounds} rounds")
-            if msg.kind != self.algo.message_kind:
-                raise ArtifactError(f"kind {msg.kind!r}, expected {self.algo.message_kind!r}")
-            self.algo.receive(Received(sender=msg.sender, round=msg.round, sent_at=msg.sent_at,
-                                       received_at=time.time(),
-                                       payload=Payload(dict(msg.meta), dict(msg.tensors))))
-        except CodecError as exc:
-            self._drop(who, f"codec:{exc.reason}", str(exc))
-            return False
-        except IdentityError as exc:
-            self._drop(who, "identity", str(exc))
-            return False
-        except ArtifactError as exc:
-            self._drop(who, "artifact", str(exc))
-            return False
-        except Exception as exc:  # a peer's bytes must never crash this process
-            log.exception("peer %d: unexpected error on a message", self.config.id)
-            self._drop(who, "internal", f"{type(exc).__name__}: {exc}")
-            return False
-        self.counters.bytes_received += len(data)
-        self.counters.messages_received += 1
-        self.latest[msg.sender] = max(self.latest.get(msg.sender, -1), msg.round)
-        self.absent.discard(msg.sender)
+        self.latest[item.sender] = max(self.latest.get(item.sender, -1), item.round)
+        self.absent.discard(item.sender)
         return True
 
     def poll(self, timeout_s: float) -> bool:
@@ -213,17 +181,17 @@ class Peer:
             self.handle(frame)
         return True
 
-    def _share(self, r: int, payload: Payload) -> None:
-        msg = Message(kind=self.algo.message_kind, sender=self.config.id, round=r, sent_at=time.time(),
-                      meta=payload.meta, tensors=payload.tensors)
-        data = encode(msg, max_bytes=self.loaded.scenario.engine.max_message_bytes)
+    def _share(self, data: bytes, r: int) -> None:
+        me = self.config.id
         for nid, endpoint in sorted(self.endpoints.items()):
             if nid in self.ignored:
                 continue
             # Counted like the simulator (once per destination, whether or not it arrives).
-            self.counters.bytes_sent += len(data)
-            self.counters.messages_sent += 1
-            if not self.outbox.send(endpoint, data, timeout_ms=0):
+            self.recorder.sent(me, len(data), r)
+            self.recorder.transfer_started(me)
+            if self.outbox.send(endpoint, data, timeout_ms=0):
+                self.recorder.transfer_completed(me)
+            else:
                 self.send_failed += 1
 
     def _wait_for(self, r: int) -> None:
@@ -246,27 +214,28 @@ class Peer:
             self.poll(min(left, POLL_SLICE_S))
 
     # -- state ---------------------------------------------------------------------------------
-    def _runtime_state(self) -> dict[str, Any]:
-        return {"counters": vars(self.counters), "drop_reasons": dict(self.drop_reasons),
-                "bad": {str(k): v for k, v in self.bad.items()}, "ignored": sorted(self.ignored),
-                "latest": {str(k): v for k, v in self.latest.items()}, "history": self.history,
-                "resumed_from": self.resumed_from, "send_failed": self.send_failed,
-                "start_time": self.start_time}
+    def _save(self) -> None:
+        runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
+                   "send_failed": self.send_failed, "start_time": self.start_time}
+        save_checkpoint(self.checkpoint_path, "peer", self.fingerprint,
+                        {"next_round": self.next_round, "device": self.loop.state_dict(),
+                         "intake": self.intake.state_dict(), "recorder": json.dumps(self.recorder.state_dict()),
+                         "runtime": json.dumps(runtime)})
 
     def _resume(self) -> None:
         if not self.checkpoint_path.exists():
             return
-        self.next_round, state = checkpoint.restore(self.checkpoint_path, self.algo,
-                                                    fingerprint=self.fingerprint)
-        self.counters = DeviceCounters(**state["counters"])
-        self.drop_reasons = Counter(state["drop_reasons"])
-        self.bad = Counter({int(k): v for k, v in state["bad"].items()})
-        self.ignored = set(state["ignored"])
-        self.latest = {int(k): v for k, v in state["latest"].items()}
-        self.history = state["history"]
-        self.send_failed = state["send_failed"]
-        self.start_time = state["start_time"]
-        self.resumed_from = state["resumed_from"] + [self.next_round]
+        state = load_checkpoint(self.checkpoint_path, "peer", self.fingerprint)
+        self.next_round = int(state["next_round"])
+        self.loop.load_state_dict(state["device"])
+        self.intake.load_state_dict(state["intake"])
+        self.recorder = Recorder.from_state(json.loads(state["recorder"]))
+        self.loop.recorder = self.intake.recorder = self.recorder
+        runtime = json.loads(state["runtime"])
+        self.latest = {int(k): v for k, v in runtime["latest"].items()}
+        self.send_failed = runtime["send_failed"]
+        self.start_time = runtime["start_time"]
+        self.resumed_from = runtime["resumed_from"] + [self.next_round]
         log.warning("peer %d resumes from its checkpoint at round %d", self.config.id, self.next_round)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -275,35 +244,23 @@ class Peer:
         sc = self.loaded.scenario
         self._resume()
         self.next_round_at_start = self.next_round
-        algo = self.algo
         for r in range(self.next_round, sc.rounds):
-            # The simulator's round, in the same order: integrate what arrived, train, evaluate
-            # the model the device now holds, share, then collect the peers' artifacts.
             round_end = time.monotonic() + self.config.round_period_s
-            if self.visible_classes is not None:
-                algo.ctx.set_visible_classes(self.visible_classes(r))
-            algo.fuse(r, time.time())
-            algo.train(r)
-            evaluated = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
-            evaluation, evaluated_at = (algo.evaluate(), time.time()) if evaluated else (None, 0.0)
-            payload = algo.share(r)
-            if payload is not None:  # every peer runs the same method: none waits if none shares
-                self._share(r, payload)
-            if evaluation is not None:  # counters then include this round's sends, as in the simulator
-                self.history.append(round_entry(r + 1, evaluated_at, evaluation, self.counters))
-            if payload is not None:
+            evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
+            outgoing = self.loop.act(r, evaluate=evaluate)
+            for out in outgoing:
+                self._share(out.data, r)
+            if outgoing:   # every peer runs the same method: none waits if none shares
                 self._wait_for(r)
             while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
             self.next_round = r + 1
-            checkpoint.save(self.checkpoint_path, algo, next_round=r + 1, fingerprint=self.fingerprint,
-                            runtime=self._runtime_state())
+            self._save()
         return self.finish()
 
     def report(self) -> dict[str, Any]:
         """This peer's ``peer.json``: what the launcher merges."""
-        return {"id": self.config.id, "name": self.name, "history": self.history,
-                "counters": vars(self.counters), "drop_reasons": dict(self.drop_reasons),
+        return {"id": self.config.id, "name": self.name, "recorder": self.recorder.state_dict(),
                 "stats": self.algo.stats(), "ignored": sorted(self.ignored),
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
                 "start_time": self.start_time, "rounds_done": self.next_round,
@@ -311,9 +268,8 @@ class Peer:
 
     def finish(self) -> dict[str, Any]:
         report = self.report()
-        (self.out / "peer.json").write_text(json.dumps(report, indent=1) + "\n")
-        return write_results(self.out, self.loaded, [report], start_time=self.start_time,
-                             wall_time_s=time.time() - self.start_time,
+        (self.out / "peer.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,
                                       "resumed_from": self.resumed_from})

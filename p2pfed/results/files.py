@@ -31,13 +31,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
     rows = []
     for i, (counters, evaluation) in enumerate(zip(recorder.devices, recorder.last_evaluations)):
-        rows.append({"device": i, "name": names[i], "f1_macro": round_float(evaluation.f1_macro),
+        rows.append({"device": recorder.device_ids[i], "name": names[i], "f1_macro": round_float(evaluation.f1_macro),
                      "loss": round_float(evaluation.loss), "accuracy": round_float(evaluation.accuracy),
                      **vars(counters)})
     return rows
 
 
-def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names: list[str]) -> None:
+def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names: list[str],
+              title_suffix: str = "") -> None:
     """All files of one run into ``out_dir`` (created if needed)."""
     from p2pfed.results.plots import plot_run  # matplotlib only when files are written
 
@@ -45,4 +46,5 @@ def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names:
     write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, recorder.rows)
     write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, device_rows(recorder, names))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    plot_run(recorder.rows, out_dir / "plot.png", title=f"{summary['scenario']} — {summary['algorithm']}")
+    plot_run(recorder.rows, out_dir / "plot.png",
+             title=f"{summary['scenario']} — {summary['algorithm']}{title_suffix}")

@@ -1,20 +1,28 @@
 """One place that turns runtime events into the numbers the results files report.
 
-Both runtimes (the SimPy simulation and real peers) call the same methods, so rounds.csv and
-summary.json mean the same thing whichever produced them.
+Every runtime (synchronous rounds, opportunistic contacts, a real peer) feeds the same events to
+a Recorder as they happen — sent, delivered, dropped with a reason, transfer started / completed
+/ aborted, lost, fused, evaluated — so rounds.csv and summary.json mean the same thing whichever
+produced them. A real peer records only its own device; the launcher merges the peers' recorders
+(``Recorder.merge``) into the one a simulation would have filled.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from p2pfed.learning.training import Evaluation
 
 log = logging.getLogger("p2pfed.results")
+
+TRAFFIC_COLUMNS = ("bytes_sent_total", "messages_sent", "messages_dropped")
+METRICS = ("f1_macro", "loss", "accuracy")
 
 
 @dataclass
@@ -30,63 +38,96 @@ class DeviceCounters:
     bytes_wasted: int = 0
 
 
-@dataclass
 class Recorder:
-    num_devices: int
-    traffic_by_round: dict[int, Counter] = field(default_factory=dict)
-    _metrics: list[tuple[int, dict]] = field(default_factory=list)
-    devices: list[DeviceCounters] = field(init=False)
-    drop_reasons: Counter = field(default_factory=Counter)
-    last_evaluations: list[Evaluation] = field(default_factory=list)
-    fused_ages: list[float] = field(default_factory=list)   # age of every artifact a fusion used
+    """Counters per device, traffic per round (or evaluation interval) and evaluations per round.
 
-    def __post_init__(self) -> None:
-        self.devices = [DeviceCounters() for _ in range(self.num_devices)]
+    ``devices``: the ids of the devices recorded here (all of a simulation's, or one peer's own).
+    Rounds are 0-based here; rounds.csv shows them 1-based.
+    """
 
+    def __init__(self, devices: int | Sequence[int], time_origin: float = 0.0) -> None:
+        """``time_origin``: subtracted from evaluation times (a real peer's run start, in epoch seconds)."""
+        self.time_origin = float(time_origin)
+        self.device_ids = list(range(devices)) if isinstance(devices, int) else [int(d) for d in devices]
+        self.index = {d: i for i, d in enumerate(self.device_ids)}
+        self.devices = [DeviceCounters() for _ in self.device_ids]
+        self.traffic_by_round: dict[int, Counter] = {}
+        self.drop_reasons: Counter = Counter()
+        self._evals: dict[int, np.ndarray] = {}       # round -> (devices, 3) metrics, NaN until evaluated
+        self._eval_time: dict[int, float] = {}        # round -> latest evaluation time
+        self.fused_count = 0
+        self.fused_age_sum = 0.0
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.device_ids)
+
+    def _counters(self, device: int) -> DeviceCounters:
+        return self.devices[self.index[device]]
+
+    # -- events ------------------------------------------------------------------------------
     def sent(self, src: int, nbytes: int, round: int) -> None:
         """A message of ``nbytes`` encoded bytes left ``src`` in ``round`` (once per destination)."""
-        d = self.devices[src]
+        d = self._counters(src)
         d.bytes_sent += nbytes
         d.messages_sent += 1
         self.traffic(round).update(bytes_sent_total=nbytes, messages_sent=1)
 
     def delivered(self, dst: int, nbytes: int) -> None:
-        d = self.devices[dst]
+        """A message passed every check of ``dst``'s intake and reached its algorithm."""
+        d = self._counters(dst)
         d.bytes_received += nbytes
         d.messages_received += 1
 
-    def dropped(self, src: int, dst: int, round: int, reason: str, detail: str = "") -> None:
-        """A message (sent in ``round``) that never reached the algorithm: logged and counted."""
-        self.devices[dst].messages_dropped += 1
+    def dropped(self, src: int | None, dst: int, round: int, reason: str, detail: str = "") -> None:
+        """A message (counted in ``round``) that never reached ``dst``'s algorithm: logged and counted.
+        ``src`` is None when the sender is unknown."""
+        self._counters(dst).messages_dropped += 1
         self.drop_reasons[reason] += 1
         self.traffic(round).update(messages_dropped=1)
-        log.warning("dropped message from peer %d to peer %d: %s %s", src, dst, reason, detail)
+        who = "an unknown peer" if src is None else f"peer {src}"
+        log.warning("peer %d dropped a message from %s: %s %s", dst, who, reason, detail)
 
     def transfer_started(self, src: int) -> None:
         """``src`` began putting a message on a link."""
-        self.devices[src].transfers_started += 1
+        self._counters(src).transfers_started += 1
 
     def transfer_completed(self, src: int) -> None:
         """The last byte of a message left ``src`` (it may still be lost or rejected)."""
-        self.devices[src].transfers_completed += 1
+        self._counters(src).transfers_completed += 1
 
     def transfer_aborted(self, src: int, dst: int, nbytes_on_air: int, reason: str) -> None:
         """A transfer cut short (contact ended, a device went offline): its bytes were wasted."""
-        d = self.devices[src]
+        d = self._counters(src)
         d.transfers_aborted += 1
         d.bytes_wasted += nbytes_on_air
         log.info("aborted transfer from peer %d to peer %d after %d bytes: %s", src, dst, nbytes_on_air, reason)
 
     def lost(self, src: int, dst: int, nbytes: int, round: int) -> None:
         """A fully sent message the link lost: dropped, and its bytes wasted."""
-        self.devices[src].bytes_wasted += nbytes
-        self.devices[dst].messages_dropped += 1
+        self._counters(src).bytes_wasted += nbytes
+        self._counters(dst).messages_dropped += 1
         self.drop_reasons["loss"] += 1   # expected on a lossy link: counted, not logged
         self.traffic(round).update(messages_dropped=1)
 
-    def fused(self, ages: list[float]) -> None:
+    def fused(self, ages: Iterable[float]) -> None:
         """A fusion used artifacts of these ages (seconds since their owner made them)."""
-        self.fused_ages.extend(ages)
+        for age in ages:
+            self.fused_count += 1
+            self.fused_age_sum += float(age)
+
+    def evaluated(self, device: int, round: int, time_s: float, evaluation: Evaluation) -> None:
+        """``device`` evaluated its model after ``round`` (0-based) at ``time_s``."""
+        row = self._evals.get(round)
+        if row is None:
+            row = self._evals[round] = np.full((self.num_devices, len(METRICS)), np.nan)
+        row[self.index[device]] = (evaluation.f1_macro, evaluation.loss, evaluation.accuracy)
+        self._eval_time[round] = max(self._eval_time.get(round, -np.inf), float(time_s) - self.time_origin)
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def mean_fused_age_s(self) -> float | None:
+        return self.fused_age_sum / self.fused_count if self.fused_count else None
 
     def total(self, counter: str) -> int:
         return sum(getattr(d, counter) for d in self.devices)
@@ -102,49 +143,101 @@ class Recorder:
 
     @property
     def bytes_sent_total(self) -> int:
-        return sum(d.bytes_sent for d in self.devices)
+        return self.total("bytes_sent")
 
     @property
     def messages_sent(self) -> int:
-        return sum(d.messages_sent for d in self.devices)
+        return self.total("messages_sent")
 
     @property
     def messages_dropped(self) -> int:
-        return sum(d.messages_dropped for d in self.devices)
+        return self.total("messages_dropped")
 
-    def evaluation(self, round: int, sim_time_s: float, evals: list[Evaluation]) -> dict:
-        """Record the evaluation of every device after ``round`` (0-based); metrics are averaged
-        over devices, traffic columns count what was sent in rounds 0..round."""
-        f1 = np.array([e.f1_macro for e in evals], dtype=float)
-        row = {
+    def _metrics_row(self, round: int) -> dict[str, Any]:
+        values = self._evals[round]
+        return {
             "round": round + 1,
-            "sim_time_s": round_float(sim_time_s),
-            "f1_macro_mean": round_float(np.nanmean(f1)),
-            "f1_macro_std": round_float(np.nanstd(f1)),
-            "loss_mean": round_float(np.nanmean([e.loss for e in evals])),
-            "accuracy_mean": round_float(np.nanmean([e.accuracy for e in evals])),
+            "sim_time_s": round_float(self._eval_time[round]),
+            "f1_macro_mean": round_float(np.nanmean(values[:, 0])),
+            "f1_macro_std": round_float(np.nanstd(values[:, 0])),
+            "loss_mean": round_float(np.nanmean(values[:, 1])),
+            "accuracy_mean": round_float(np.nanmean(values[:, 2])),
         }
-        self._metrics.append((round, row))
-        self.last_evaluations = list(evals)
-        return row
 
     @property
     def latest(self) -> dict | None:
-        """The metrics of the newest evaluation (no traffic columns), for progress displays."""
-        return self._metrics[-1][1] if self._metrics else None
+        """The metrics of the newest evaluated round (no traffic columns), for progress displays."""
+        return self._metrics_row(max(self._evals)) if self._evals else None
+
+    @property
+    def last_evaluations(self) -> list[Evaluation]:
+        """Each device's newest evaluation (NaN for a device never evaluated): devices.csv."""
+        out = [Evaluation(float("nan"), float("nan"), float("nan"))] * self.num_devices
+        for round in sorted(self._evals):
+            for i, values in enumerate(self._evals[round]):
+                if not np.isnan(values).all():
+                    out[i] = Evaluation(*(float(v) for v in values))
+        return out
 
     @property
     def rows(self) -> list[dict]:
         """rounds.csv rows: metrics plus cumulative traffic through each evaluated round."""
         out, total, pending = [], Counter(), sorted(self.traffic_by_round.items())
-        for round, row in sorted(self._metrics, key=lambda m: m[0]):
+        for round in sorted(self._evals):
             while pending and pending[0][0] <= round:
                 total.update(pending.pop(0)[1])
-            out.append({**row, **{k: total.get(k, 0) for k in TRAFFIC_COLUMNS}})
+            out.append({**self._metrics_row(round), **{k: total.get(k, 0) for k in TRAFFIC_COLUMNS}})
         return out
 
+    # -- saving, restoring, merging -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything recorded, as JSON-compatible data (NaN as None): checkpoints and peer.json."""
+        return {
+            "devices": self.device_ids,
+            "time_origin": self.time_origin,
+            "counters": [vars(d).copy() for d in self.devices],
+            "traffic": {str(r): dict(c) for r, c in sorted(self.traffic_by_round.items())},
+            "drop_reasons": dict(self.drop_reasons),
+            "evaluations": {str(r): {"time": self._eval_time[r],
+                                     "values": [[None if np.isnan(v) else float(v) for v in row]
+                                                for row in self._evals[r]]}
+                            for r in sorted(self._evals)},
+            "fused": [self.fused_count, self.fused_age_sum],
+        }
 
-TRAFFIC_COLUMNS = ("bytes_sent_total", "messages_sent", "messages_dropped")
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Recorder:
+        rec = cls(state["devices"], state["time_origin"])
+        names = {f.name for f in fields(DeviceCounters)}
+        rec.devices = [DeviceCounters(**{k: v for k, v in c.items() if k in names}) for c in state["counters"]]
+        rec.traffic_by_round = {int(r): Counter(c) for r, c in state["traffic"].items()}
+        rec.drop_reasons = Counter(state["drop_reasons"])
+        for r, ev in state["evaluations"].items():
+            rec._evals[int(r)] = np.array([[np.nan if v is None else v for v in row] for row in ev["values"]],
+                                          dtype=float)
+            rec._eval_time[int(r)] = float(ev["time"])
+        rec.fused_count, rec.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
+        return rec
+
+    @classmethod
+    def merge(cls, parts: Sequence[Recorder]) -> Recorder:
+        """One recorder over the devices of several (each peer's own), in the given order."""
+        rec = cls([d for p in parts for d in p.device_ids])
+        for part in parts:
+            for device, counters in zip(part.device_ids, part.devices):
+                rec.devices[rec.index[device]] = DeviceCounters(**vars(counters))
+            for r, c in part.traffic_by_round.items():
+                rec.traffic(r).update(c)
+            rec.drop_reasons.update(part.drop_reasons)
+            for r, values in part._evals.items():
+                for device, row in zip(part.device_ids, values):
+                    if not np.isnan(row).all():
+                        rec._evals.setdefault(r, np.full((rec.num_devices, len(METRICS)), np.nan))
+                        rec._evals[r][rec.index[device]] = row
+                rec._eval_time[r] = max(rec._eval_time.get(r, -np.inf), part._eval_time[r])
+            rec.fused_count += part.fused_count
+            rec.fused_age_sum += part.fused_age_sum
+        return rec
 
 
 def round_float(x: float, digits: int = 6) -> float:

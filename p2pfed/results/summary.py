@@ -5,27 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from p2pfed.results.recorder import Recorder, round_float
-from p2pfed.scenario.loader import LoadedScenario, dump
 
 
-def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, *, devices: int,
-                  sim_time_s: float, wall_time_s: float, full_model_bytes: int,
+def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats: list[dict[str, Any]], *,
+                  devices: int, sim_time_s: float, wall_time_s: float, full_model_bytes: int,
                   rounds: float | None = None, **extra: Any) -> dict[str, Any]:
-    """``rounds``: rounds per device if not the scenario's (asynchronous runs count trainings)."""
-    sc = loaded.scenario
-    rounds = sc.rounds if rounds is None else rounds
+    """``config``: the fully resolved scenario; ``source``: the file it came from; ``stats``: each
+    device's method statistics; ``rounds``: rounds per device if not the scenario's
+    (asynchronous runs count trainings)."""
+    rounds = config["rounds"] if rounds is None else rounds
     final = recorder.rows[-1] if recorder.rows else {}
     bytes_total = recorder.bytes_sent_total
     per_device_round = bytes_total / max(devices * rounds, 1)
-    stats: dict[str, Any] = {}
-    for algo in algorithms:
-        for key, value in algo.stats().items():
-            stats.setdefault(key, []).append(value)
+    by_key: dict[str, list] = {}
+    for device_stats in stats:
+        for key, value in device_stats.items():
+            by_key.setdefault(key, []).append(value)
     return {
-        "algorithm": sc.algorithm.name,
-        "scenario": sc.name,
-        "scenario_file": loaded.source,
-        "seed": sc.seed,
+        "algorithm": config["algorithm"]["name"],
+        "scenario": config["name"],
+        "scenario_file": source,
+        "seed": config["seed"],
         "devices": devices,
         "rounds": rounds if isinstance(rounds, int) else round_float(rounds, 2),
         "wall_time_s": round_float(wall_time_s, 3),
@@ -49,9 +49,9 @@ def build_summary(loaded: LoadedScenario, recorder: Recorder, algorithms: list, 
             "delivery_ratio": round_float(recorder.total("messages_received")
                                           / max(recorder.total("transfers_started"), 1), 4),
         },
-        "algorithm_stats": {k: _mean_of(v) for k, v in stats.items()},
+        "algorithm_stats": {k: _mean_of(v) for k, v in by_key.items()},
         **extra,
-        "config": dump(loaded),
+        "config": config,
     }
 
 

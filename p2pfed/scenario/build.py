@@ -8,22 +8,20 @@ from __future__ import annotations
 import math
 
 import networkx as nx
-import numpy as np
-import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
 from p2pfed.data import DeviceData, FederatedDataset, load_dataset
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
-from p2pfed.engine.topology import build_topology
+from p2pfed.network import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, algorithm_options
+from p2pfed.scenario.randomness import int_seed, stream, torch_stream
 
 
 def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
     ds = loaded.scenario.dataset
-    seed = loaded.scenario.seed
-    common = {"test_fraction": ds.test_fraction, "seed": seed}
+    common = {"test_fraction": ds.test_fraction, "seed": int_seed(loaded.scenario.seed, "data-split")}
     if ds.name == "synthetic":
         return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
     path = loaded.resolve(ds.path)
@@ -31,11 +29,6 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
         return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users,
                             path=None if path is None else str(path))
     return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
-
-
-def device_seeds(seed: int, num_devices: int) -> list[np.random.SeedSequence]:
-    """One independent random stream per device, all derived from the scenario seed."""
-    return np.random.SeedSequence(seed).spawn(num_devices)
 
 
 def device_rounds(sc) -> int:
@@ -55,13 +48,12 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     the federation's model (same features and classes)."""
     sc = loaded.scenario
     device = dataset.devices[device_id] if device is None else device
-    # spawn(n)[i] depends on i only, so a peer gets its stream without knowing n.
-    seq = device_seeds(sc.seed, device_id + 1)[device_id]
-    gen = torch.Generator().manual_seed(int(seq.generate_state(1)[0]))
-    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=sc.seed)
+    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden,
+                        seed=int_seed(sc.seed, "model-init"))
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
-                        rng=np.random.default_rng(seq), torch_generator=gen, rounds=device_rounds(sc),
+                        rng=stream(sc.seed, "device", device_id),
+                        torch_generator=torch_stream(sc.seed, "device", device_id), rounds=device_rounds(sc),
                         shared=shared if shared is not None else {})
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))
@@ -70,7 +62,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
 def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
     """The scenario's network graph over ``num_devices`` devices."""
     sc, topo = loaded.scenario, loaded.scenario.topology
-    return build_topology(topo.kind, num_devices, seed=sc.seed, k=topo.k, p=topo.p, degree=topo.degree,
+    return build_topology(topo.kind, num_devices, seed=int_seed(sc.seed, "graph"), k=topo.k, p=topo.p, degree=topo.degree,
                           file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
                           latency_s=topo.latency_s)
 
@@ -85,8 +77,6 @@ def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> C
     dyn = loaded.scenario.dynamic
     if dyn.devices_fraction == 0:
         return None
-    n = len(dataset.devices)
-    rng = np.random.default_rng(np.random.SeedSequence(loaded.scenario.seed).spawn(n + 2)[-1])
     return draw_class_schedule([d.y_train for d in dataset.devices], devices_fraction=dyn.devices_fraction,
-                               max_removed_fraction=dyn.max_removed_fraction,
-                               return_every=dyn.return_every, rng=rng)
+                               max_removed_fraction=dyn.max_removed_fraction, return_every=dyn.return_every,
+                               rng=stream(loaded.scenario.seed, "class-schedule"))

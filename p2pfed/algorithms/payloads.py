@@ -1,0 +1,32 @@
+"""What devices exchange: a payload (JSON meta + named arrays) and a received, cached payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Payload:
+    """What a device shares: small JSON metadata plus named arrays (the codec's ``meta``/``tensors``)."""
+
+    meta: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class Received:
+    """A payload as cached by the receiver, with who made it and when."""
+
+    sender: int          # the device that made the artifact (the origin, when carried by others)
+    round: int
+    sent_at: float
+    received_at: float
+    payload: Payload
+    fresh: bool = True  # not yet used by a fusion
+    hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
+
+    def age(self, now: float) -> float:
+        return now - self.sent_at

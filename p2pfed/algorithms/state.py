@@ -1,0 +1,47 @@
+"""Turning a method's state into what a checkpoint may hold, and back.
+
+Checkpoints are read with ``torch.load(weights_only=True)``: only tensors, numbers, strings,
+booleans, None, lists, tuples and dicts come back, never arbitrary objects. These helpers convert
+the numpy arrays and cached payloads a method keeps into that vocabulary and back, exactly
+(dtypes and values preserved), so a restored device continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from p2pfed.algorithms.payloads import Payload, Received
+
+
+def array_state(a: np.ndarray | None) -> torch.Tensor | None:
+    """A numpy array as a tensor a checkpoint may hold (a copy, same dtype)."""
+    return None if a is None else torch.from_numpy(np.array(a, copy=True))
+
+
+def array_from_state(t: torch.Tensor | None) -> np.ndarray | None:
+    return None if t is None else t.numpy().copy()
+
+
+def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of a model's parameters and buffers."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def received_state(item: Received) -> dict[str, Any]:
+    """A cached payload as checkpoint data: its routing fields, JSON meta and tensors."""
+    return {"sender": int(item.sender), "round": int(item.round), "sent_at": float(item.sent_at),
+            "received_at": float(item.received_at), "fresh": bool(item.fresh), "hops": int(item.hops),
+            "meta": json.dumps(item.payload.meta, allow_nan=False),
+            "tensors": {k: array_state(v) for k, v in item.payload.tensors.items()}}
+
+
+def received_from_state(state: dict[str, Any]) -> Received:
+    payload = Payload(meta=json.loads(state["meta"]),
+                      tensors={k: array_from_state(v) for k, v in state["tensors"].items()})
+    return Received(sender=state["sender"], round=state["round"], sent_at=state["sent_at"],
+                    received_at=state["received_at"], payload=payload, fresh=state["fresh"],
+                    hops=state["hops"])

@@ -1,0 +1,14 @@
+"""One device, whatever runs it: what it does each time it acts, and how it takes a message in.
+
+The synchronous simulation, the contact simulation and the real peer all drive a device through
+``DeviceLoop`` and feed it messages through ``Intake``; they differ only in the clock and the
+links they give it.
+"""
+
+from p2pfed.device.intake import Intake, IntakeRules
+from p2pfed.device.loop import DeviceLoop, Outgoing
+from p2pfed.device.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from p2pfed.device.wire import RELAY_KEY, encode_share, full_model_bytes
+
+__all__ = ["CheckpointError", "DeviceLoop", "Intake", "IntakeRules", "Outgoing", "RELAY_KEY", "encode_share",
+           "full_model_bytes", "load_checkpoint", "save_checkpoint"]

@@ -1,0 +1,164 @@
+"""How a device takes a message in: the one place that checks, caches and counts what arrives.
+
+Every runtime hands the bytes that reached a device to ``Intake.take``, with the peer the link
+says they came from. The checks run in one order, the first failure drops the message with a
+reason (counted and logged by the Recorder), and only a message that passes them all reaches the
+algorithm's cache:
+
+1. not from a peer this device ignores (too many bad messages);
+2. decodes: size, dtypes, shapes, finite values (the wire codec, never unpickled);
+3. the sender it claims is the peer of the link it came over, and a neighbour;
+4. within the run's window: not from a round past the last, not older than the TTL;
+5. the method's message kind;
+6. relay rules: a carried artifact names another device as its origin, within the hop limit;
+7. the algorithm's own check against the local model (``receive`` → ``check_payload``).
+
+A peer whose messages fail more than ``max_bad_messages`` times is ignored from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
+from p2pfed.device.wire import RELAY_KEY
+from p2pfed.results.recorder import Recorder
+from p2pfed.transport import CodecError, decode
+
+log = logging.getLogger("p2pfed.device")
+
+
+@dataclass(frozen=True)
+class IntakeRules:
+    """What a device accepts; the runtime sets them from the scenario (and the peer file)."""
+
+    max_message_bytes: int
+    rounds: int | None = None            # messages from this round on are past the run
+    max_age_s: float | None = None       # artifacts older than this on arrival are stale
+    hop_limit: int = 1                   # above 1, carried artifacts are accepted up to this many links
+    num_devices: int | None = None       # relay origins must be ids below this (None: any id)
+    max_bad_messages: int | None = None  # a peer failing more often is ignored (None: never)
+    contain_errors: bool = False         # an unexpected error in a check drops instead of raising
+
+
+class Refused(Exception):
+    """A failed intake check: the drop reason and what was wrong."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class Intake:
+    """One device's intake; ``take`` returns the cached item, or None when it was dropped."""
+
+    def __init__(self, device: int, algorithm: Algorithm, recorder: Recorder, rules: IntakeRules, *,
+                 is_neighbour: Callable[[int], bool] | None = None,
+                 on_ignore: Callable[[int], None] | None = None) -> None:
+        """``is_neighbour``: whether a peer is this device's neighbour (None: every link is
+        between neighbours, as in simulation); ``on_ignore``: called once for a peer that is
+        ignored from now on (a real peer disconnects it)."""
+        self.device = device
+        self.algorithm = algorithm
+        self.recorder = recorder
+        self.rules = rules
+        self.is_neighbour = is_neighbour
+        self.on_ignore = on_ignore
+        self.bad: Counter = Counter()   # failures per (authenticated or claimed) peer id
+        self.ignored: set[int] = set()
+
+    def take(self, data: bytes, *, link: int | None, now: float, round: int) -> Received | None:
+        """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
+        claimed sender is the best attribution there is) and cache it; ``round``: the round, or
+        evaluation interval, a drop is counted in."""
+        who = link
+        try:
+            if who is not None and who in self.ignored:
+                raise Refused("ignored", "")
+            try:
+                msg = decode(data, max_bytes=self.rules.max_message_bytes)
+            except CodecError as exc:
+                raise Refused(f"codec:{exc.reason}", str(exc)) from None
+            if who is None and self.is_neighbour is not None and self.is_neighbour(msg.sender):
+                who = msg.sender
+                if who in self.ignored:
+                    raise Refused("ignored", "")
+            if who is not None and msg.sender != who:
+                raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
+            if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
+                raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
+            item = self._check(msg, now)
+        except Refused as exc:
+            self._drop(who, round, exc.reason, str(exc))
+            return None
+        except Exception as exc:
+            if not self.rules.contain_errors:
+                raise
+            log.exception("peer %d: unexpected error on a message", self.device)
+            self._drop(who, round, "internal", f"{type(exc).__name__}: {exc}")
+            return None
+        self.recorder.delivered(self.device, len(data))
+        return item
+
+    def refuse(self, link: int | None, round: int, reason: str, detail: str = "") -> None:
+        """Count a frame the transport refused before it could be decoded (oversized, multipart)."""
+        self._drop(link, round, reason, detail)
+
+    def _check(self, msg: Any, now: float) -> Received:
+        rules = self.rules
+        if rules.rounds is not None and msg.round >= rules.rounds:
+            raise Refused("window", f"round {msg.round} is past the run's {rules.rounds} rounds")
+        if rules.max_age_s is not None and now - msg.sent_at > rules.max_age_s:
+            raise Refused("window", f"artifact is {now - msg.sent_at:.1f} s old, over the TTL of "
+                                    f"{rules.max_age_s:g} s")
+        if msg.kind != self.algorithm.message_kind:
+            raise Refused("artifact", f"kind {msg.kind!r}, expected {self.algorithm.message_kind!r}")
+        meta = dict(msg.meta)
+        try:
+            origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)
+            item = Received(sender=origin, round=msg.round, sent_at=msg.sent_at, received_at=now,
+                            payload=Payload(meta, dict(msg.tensors)), hops=hops)
+            self.algorithm.receive(item)
+        except ArtifactError as exc:
+            raise Refused("artifact", str(exc)) from None
+        return item
+
+    def _route(self, relay: Any, src: int) -> tuple[int, int]:
+        """The artifact's origin and the links it travelled."""
+        if relay is None:
+            return src, 1
+        limit, n = self.rules.hop_limit, self.rules.num_devices
+        if limit <= 1:
+            raise ArtifactError("carries a relayed artifact but forwarding is off")
+        origin, hops = (relay.get("origin"), relay.get("hops")) if isinstance(relay, dict) else (None, None)
+        if (not isinstance(origin, int) or isinstance(origin, bool) or origin < 0
+                or (n is not None and origin >= n) or origin in (src, self.device)):
+            raise ArtifactError(f"meta 'relay.origin' must be another peer id, got {origin!r}")
+        if not isinstance(hops, int) or isinstance(hops, bool) or not 2 <= hops <= limit:
+            raise ArtifactError(f"meta 'relay.hops' must be in 2..{limit}, got {hops!r}")
+        return origin, hops
+
+    def _drop(self, who: int | None, round: int, reason: str, detail: str) -> None:
+        self.recorder.dropped(who, self.device, round, reason, detail)
+        limit = self.rules.max_bad_messages
+        if who is None or reason == "ignored" or limit is None:
+            return
+        self.bad[who] += 1
+        if self.bad[who] > limit and who not in self.ignored:
+            self.ignored.add(who)
+            log.error("peer %d disconnects peer %d after %d bad messages; it is ignored from now on",
+                      self.device, who, self.bad[who])
+            if self.on_ignore is not None:
+                self.on_ignore(who)
+
+    # -- state (a real peer's checkpoint) ------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"bad": {str(k): v for k, v in self.bad.items()}, "ignored": sorted(self.ignored)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.bad = Counter({int(k): v for k, v in state["bad"].items()})
+        self.ignored = set(state["ignored"])

@@ -1,0 +1,96 @@
+"""What one device does each time it acts — the same in every runtime.
+
+FedSub Alg. 1, client side, with the server's part on the device: integrate what arrived, train
+on the result, evaluate the model the device now holds, share. The runtime decides *when* a
+device acts (a synchronous round, a tick of the device's own clock, a wall-clock round) and
+carries the encoded messages that ``act`` returns over its links; this class decides *what*
+happens, in which order, and what the Recorder hears of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from p2pfed.algorithms import Algorithm
+from p2pfed.device.wire import encode_share
+from p2pfed.learning.training import Evaluation
+from p2pfed.results.recorder import Recorder
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One encoded share, ready for the runtime's links."""
+
+    part: str           # "whole", or the part's name when the share is split
+    round: int
+    sent_at: float
+    data: bytes
+
+
+class DeviceLoop:
+    """Drives one device's algorithm and reports its evaluations and fusions to the Recorder."""
+
+    def __init__(self, device: int, algorithm: Algorithm, recorder: Recorder, *,
+                 clock: Callable[[], float], max_message_bytes: int,
+                 neighbours: Callable[[], list[int]] | None = None,
+                 visible_classes: Callable[[int], frozenset[int] | None] | None = None,
+                 max_age_s: float | None = None, split_parts: bool = False) -> None:
+        """``clock``: the runtime's time (simulated seconds, or wall-clock seconds);
+        ``neighbours``: the devices this one can reach now, as the runtime sees them (offered to
+        the method as ``ctx.neighbours()``);
+        ``visible_classes``: the training classes a device has in a round (dynamic data);
+        ``max_age_s``: the TTL of cached artifacts; ``split_parts``: share in separately useful
+        parts (prototypes before subnetworks) for links that may end mid-transfer."""
+        self.device = device
+        self.clock = clock
+        self.algorithm = algorithm
+        self.recorder = recorder
+        self.max_message_bytes = max_message_bytes
+        self.visible_classes = visible_classes
+        self.max_age_s = max_age_s
+        self.split_parts = split_parts
+        if neighbours is not None:
+            algorithm.ctx.neighbours = neighbours
+        self.actions = 0    # times the device acted (trained and shared)
+        self.fusions = 0    # fusions that used at least one new artifact
+
+    def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
+        """One step of the device: fuse → train → evaluate → share. A device that does not take
+        part this round (``train`` False) still fuses and evaluates, but neither trains nor shares."""
+        algo, now = self.algorithm, self.clock()
+        if self.visible_classes is not None:
+            algo.ctx.set_visible_classes(self.visible_classes(round))
+        algo.drop_stale(now, self.max_age_s)
+        if algo.has_new():
+            used = algo.fuse_new(round, now)
+            if used:
+                self.fusions += 1
+                self.recorder.fused(r.age(now) for r in used)
+        if train:
+            algo.train(round)
+        if evaluate:
+            self.evaluate(round)
+        if not train:
+            return []
+        self.actions += 1
+        now = self.clock()
+        payloads = algo.share_parts(round) if self.split_parts else [algo.share(round)]
+        return [Outgoing(p.meta.get("part", "whole"), round, now,
+                         encode_share(algo.message_kind, self.device, round, now, p, self.max_message_bytes))
+                for p in payloads if p is not None]
+
+    def evaluate(self, round: int) -> Evaluation:
+        """Evaluate the model the device holds now, recorded under ``round`` (or interval)."""
+        evaluation = self.algorithm.evaluate()
+        self.recorder.evaluated(self.device, round, self.clock(), evaluation)
+        return evaluation
+
+    # -- state (checkpoints) --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm.state_dict(), "actions": self.actions, "fusions": self.fusions}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.actions, self.fusions = int(state["actions"]), int(state["fusions"])

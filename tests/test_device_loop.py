@@ -1,0 +1,178 @@
+"""The one device loop: every method continues exactly after a checkpoint, FedCLAR clusters in
+the order that runs, the intake checks what every runtime relies on, and layers point one way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from p2pfed.algorithms import ALGORITHMS
+from p2pfed.device import Intake, IntakeRules, encode_share, load_checkpoint, save_checkpoint
+from p2pfed.engine.runner import Checkpointing, run_scenario
+from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
+from p2pfed.scenario.loader import load_scenario
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
+# Six devices, slow links (some transfers are still in flight at a round boundary), partial
+# participation (the participation stream is exercised): every piece of state has to survive.
+SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=16", "model.hidden=[16,32]",
+         "rounds=6", "engine.participation=0.8", "topology.bandwidth_bps=2.5e3"]
+# Options that make each method's own mechanism fire within six rounds.
+FIRES_EARLY = {"fedclar": ["algorithm.cluster_round=2", "algorithm.fine_tune_rounds=1"],
+               "fedhome": ["algorithm.fine_tune_rounds=2"]}
+
+
+def _loaded(name: str, extra: list[str] = ()):
+    return load_scenario(SCENARIO, SMALL + [f"algorithm.name={name}"] + FIRES_EARLY.get(name, []) + list(extra))
+
+
+def _comparable(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in ("wall_time_s",)}
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_simulation_stopped_and_restored_ends_bit_identical(name, tmp_path):
+    whole = run_scenario(_loaded(name), tmp_path / "whole", progress=False)
+    ckpt = Checkpointing(tmp_path / "run.ckpt", every=1, stop_after_round=3)
+    assert run_scenario(_loaded(name), None, progress=False, checkpointing=ckpt) is None
+    saved = torch.load(ckpt.path, weights_only=True)["state"]
+    assert saved["next_round"] == 3
+    resumed = run_scenario(_loaded(name), tmp_path / "resumed", progress=False,
+                           checkpointing=Checkpointing(ckpt.path))
+    assert _comparable(resumed) == _comparable(whole)
+    assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
+    assert (tmp_path / "resumed" / "devices.csv").read_text() == (tmp_path / "whole" / "devices.csv").read_text()
+
+
+def test_the_restore_test_crosses_a_boundary_with_messages_in_flight(tmp_path):
+    ckpt = Checkpointing(tmp_path / "run.ckpt", stop_after_round=3)
+    run_scenario(_loaded("gossip-avg"), None, progress=False, checkpointing=ckpt)
+    state = torch.load(ckpt.path, weights_only=True)["state"]
+    assert state["in_flight"], "no message in flight at the boundary: the restore test would not cover links"
+
+
+def test_a_checkpoint_of_another_scenario_is_refused(tmp_path):
+    ckpt = Checkpointing(tmp_path / "run.ckpt", stop_after_round=2)
+    run_scenario(_loaded("local"), None, progress=False, checkpointing=ckpt)
+    with pytest.raises(ValueError, match="run.ckpt: written for another scenario"):
+        run_scenario(_loaded("local", ["training.lr=0.01"]), None, progress=False, checkpointing=ckpt)
+    ckpt.path.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="run.ckpt: unreadable checkpoint"):
+        run_scenario(_loaded("local"), None, progress=False, checkpointing=ckpt)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_method_state_round_trips_through_a_checkpoint_file(name, tmp_path):
+    """Everything a method keeps between rounds survives save/load: the next step is identical."""
+    loaded = _loaded(name)
+    dataset = load_scenario_dataset(loaded)
+    algos = [build_algorithm(loaded, dataset, i) for i in range(3)]
+    for r in range(3):   # a few rounds of a 3-device clique, by hand, in the loop's order
+        shares = []
+        for a in algos:
+            if a.has_new():
+                a.fuse_new(r, float(r))
+            a.train(r)
+            shares.append(a.share(r))
+        for i, a in enumerate(algos):
+            for j, p in enumerate(shares):
+                if j != i and p is not None:
+                    from p2pfed.algorithms import Received
+                    a.receive(Received(sender=j, round=r, sent_at=float(r), received_at=float(r), payload=p))
+    save_checkpoint(tmp_path / "a.ckpt", "test", "fp", algos[0].state_dict())
+    twin = build_algorithm(loaded, dataset, 0)
+    twin.load_state_dict(load_checkpoint(tmp_path / "a.ckpt", "test", "fp"))
+    for a in (algos[0], twin):
+        if a.has_new():
+            a.fuse_new(3, 3.0)
+        a.train(3)
+    for (k, v), (_, w) in zip(algos[0].ctx.model.state_dict().items(), twin.ctx.model.state_dict().items()):
+        assert torch.equal(v, w), k
+    one, two = algos[0].share(3), twin.share(3)
+    assert (one is None) == (two is None)
+    if one is not None:
+        assert one.meta == two.meta and one.tensors.keys() == two.tensors.keys()
+        for k in one.tensors:
+            np.testing.assert_array_equal(one.tensors[k], two.tensors[k])
+    assert algos[0].evaluate() == twin.evaluate()
+    assert algos[0].stats() == twin.stats()
+
+
+# -- FedCLAR: the clusters form in the order that runs -------------------------------------------
+def test_fedclar_forms_clusters_on_planted_data_in_a_real_run(tmp_path):
+    """Two planted groups of devices (disjoint classes): each device's cluster is its own group.
+    Under the old order (clustering in fuse before train had computed the update) no device ever
+    clustered and ``algorithm_stats`` stayed empty."""
+    loaded = load_scenario(SCENARIO, [
+        "dataset.synthetic.num_devices=8", "dataset.synthetic.samples_per_class=16",
+        "dataset.synthetic.classes_per_device=2", "model.hidden=[16,32]", "rounds=8",
+        "algorithm.name=fedclar", "algorithm.cluster_round=3", "algorithm.fine_tune_rounds=1",
+        "algorithm.threshold=0.9"])
+    summary = run_scenario(loaded, tmp_path, progress=False)
+    stats = summary["algorithm_stats"]
+    assert stats["clustered"] == 1.0, stats
+    assert 1 < stats["cluster_members"] < stats["cluster_candidates"], stats
+
+
+# -- the intake -----------------------------------------------------------------------------------
+def _intake(**rules):
+    loaded = _loaded("gossip-avg")
+    dataset = load_scenario_dataset(loaded)
+    algo = build_algorithm(loaded, dataset, 0)
+    sender = build_algorithm(loaded, dataset, 1)
+    sender.train(0)
+    recorder = Recorder(6)
+    intake = Intake(0, algo, recorder, IntakeRules(2**24, num_devices=6, **rules))
+    return intake, recorder, sender.share(0), sender.message_kind
+
+
+def test_intake_checks_sender_window_kind_relay_and_counts_each_drop():
+    intake, rec, payload, kind = _intake(rounds=4, max_age_s=100.0, hop_limit=3)
+    ok = encode_share(kind, 1, 0, 0.0, payload, 2**24)
+    assert intake.take(ok, link=1, now=1.0, round=0) is not None
+    cases = {
+        "identity": (encode_share(kind, 2, 0, 0.0, payload, 2**24), 1, 1.0),       # claims 2 over 1's link
+        "window": (encode_share(kind, 1, 4, 0.0, payload, 2**24), 1, 1.0),         # round past the run
+        "codec:bad-magic": (b"garbage" * 10, 1, 1.0),
+        "artifact": (encode_share("other/kind", 1, 0, 0.0, payload, 2**24), 1, 1.0),
+    }
+    for reason, (data, link, now) in cases.items():
+        assert intake.take(data, link=link, now=now, round=0) is None
+        assert rec.drop_reasons[reason] >= 1, reason
+    stale = encode_share(kind, 1, 1, 0.0, payload, 2**24)
+    assert intake.take(stale, link=1, now=500.0, round=0) is None and rec.drop_reasons["window"] == 2
+    relayed = encode_share(kind, 2, 1, 0.0, payload, 2**24, relay={"origin": 0, "hops": 2})
+    assert intake.take(relayed, link=2, now=1.0, round=0) is None   # origin is the receiver itself
+    relayed = encode_share(kind, 2, 1, 0.0, payload, 2**24, relay={"origin": 3, "hops": 2})
+    item = intake.take(relayed, link=2, now=1.0, round=0)
+    assert item is not None and item.sender == 3 and item.hops == 2
+    assert rec.devices[0].messages_dropped == sum(rec.drop_reasons.values()) == 6
+    assert rec.devices[0].messages_received == 2
+
+
+def test_intake_ignores_a_peer_after_too_many_bad_messages():
+    intake, rec, payload, kind = _intake(max_bad_messages=2)
+    ignored = []
+    intake.on_ignore = ignored.append
+    for _ in range(3):
+        intake.take(b"garbage" * 10, link=1, now=0.0, round=0)
+    assert ignored == [1] and intake.ignored == {1}
+    assert intake.take(encode_share(kind, 1, 0, 0.0, payload, 2**24), link=1, now=0.0, round=0) is None
+    assert rec.drop_reasons["ignored"] == 1
+
+
+# -- layers ---------------------------------------------------------------------------------------
+def test_sub_packages_import_one_way():
+    """The layering contract in setup.cfg, checked by import-linter on the installed package."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--config", str(ROOT / "setup.cfg")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 kept, 0 broken" in done.stdout
