@@ -176,3 +176,42 @@ def test_sub_packages_import_one_way():
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 kept, 0 broken" in done.stdout
+
+
+# -- validate catches what run and launch would refuse ----------------------------------------------
+def test_validate_reports_cross_section_and_method_rules_naming_file_and_field(tmp_path, capsys):
+    from p2pfed.cli.main import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: 6\ndynamic: {devices_fraction: 0.5}\ncontacts: {kind: poisson, duration_s: 600}\n"
+                   "model: {hidden: [8]}\nalgorithm: {name: fedper, head_layers: 2}\n")
+    assert main(["validate", str(bad)]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"{bad}: dynamic.devices_fraction: dynamic data") for line in out), out
+    bad.write_text("rounds: 6\nmodel: {hidden: [8]}\nalgorithm: {name: fedper, head_layers: 2}\n")
+    assert main(["validate", str(bad)]) == 2
+    assert f"{bad}: algorithm.head_layers: 2 leaves no shared body in a 2-layer model" in capsys.readouterr().out
+    bad.write_text("rounds: 6\nalgorithm: {name: fedclar, cluster_round: 4, fine_tune_rounds: 1}\n")
+    assert main(["validate", str(bad)]) == 2
+    assert f"{bad}: algorithm.cluster_round: 4 leaves no round to cluster in" in capsys.readouterr().out
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("rounds: 6\nengine: {participation: 0.5}\ncontacts: {kind: poisson, duration_s: 600}\n")
+    assert main(["validate", str(ok)]) == 0
+    assert main(["validate", "--launch", str(ok)]) == 2
+    out = capsys.readouterr().out
+    assert f"{ok}: engine.participation: real peers always take part" in out
+    assert f"{ok}: contacts.kind: real peers run synchronous rounds" in out
+
+
+def test_run_checkpoints_and_resumes_from_the_command_line(tmp_path, capsys):
+    from p2pfed.cli.main import main
+
+    sets = sum((["--set", s] for s in SMALL + ["algorithm.name=fedsub"]), [])
+    assert main(["run", str(SCENARIO), *sets, "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["run", str(SCENARIO), *sets, "--out", str(tmp_path / "b"), "--quiet",
+                 "--checkpoint-every", "2"]) == 0
+    assert (tmp_path / "b" / "checkpoint.pt").exists()
+    assert (tmp_path / "a" / "rounds.csv").read_text() == (tmp_path / "b" / "rounds.csv").read_text()
+    assert main(["run", str(SCENARIO), *sets, "--out", str(tmp_path / "b"), "--quiet",
+                 "--checkpoint-every", "2"]) == 2
+    assert "--resume continues it" in capsys.readouterr().err

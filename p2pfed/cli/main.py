@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError, load_scenario
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
 
 EXIT_BAD_INPUT = 2
 
@@ -41,9 +41,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         loaded = loaded.with_algorithm(args.algorithm)
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}"
+    checkpointing = None
+    if args.checkpoint_every or args.resume:
+        from p2pfed.engine.runner import Checkpointing
+        path = out / "checkpoint.pt"
+        if path.exists() and not args.resume:
+            raise ScenarioError([f"{path}: a checkpoint of an earlier run is there; --resume continues "
+                                 "it, or choose another --out"])
+        if args.resume and not path.exists():
+            raise ScenarioError([f"{path}: no checkpoint to resume from"])
+        out.mkdir(parents=True, exist_ok=True)
+        checkpointing = Checkpointing(path, every=args.checkpoint_every or 1)
     print(f"running {loaded.source}: {sc.algorithm.name}, {_length(sc)}, seed {sc.seed}",
           file=sys.stderr)
-    summary = run_scenario(loaded, out, progress=not args.quiet)
+    summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing)
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
     print(f"results in {out}/ (rounds.csv, devices.csv, summary.json, plot.png)")
     return 0
@@ -72,7 +83,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     bad = 0
     for path in args.scenarios:
         try:
-            load_scenario(path, args.overrides)
+            loaded = load_scenario(path, args.overrides)
+            if args.launch and (problems := launch_problems(loaded)):
+                raise ScenarioError(problems)
             print(f"{path}: ok")
         except ScenarioError as exc:
             bad += 1
@@ -134,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>)")
     p.add_argument("--algorithm", help="run this method instead of the scenario's")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="write OUT/checkpoint.pt every N rounds (synchronous rounds only)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="run several methods on one scenario and tabulate them")
@@ -146,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check scenario files without running them")
     p.add_argument("scenarios", nargs="+", help="scenario YAML files")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE")
+    p.add_argument("--launch", action="store_true", help="also check what real peers (launch) need")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("peer", help="run one device as a real peer process (tcp ZeroMQ, CURVE)")

@@ -25,7 +25,7 @@ from p2pfed.peer.keys import make_keys
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import round_float
 from p2pfed.scenario.build import build_graph, load_scenario_dataset
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems
 
 LOOPBACK = "127.0.0.1"
 
@@ -60,9 +60,8 @@ def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], s
             round_timeout_s: float = 30.0) -> Plan:
     """Write one peer file per device of the scenario (and keys unless insecure)."""
     sc = loaded.scenario
-    if sc.engine.participation < 1:
-        raise ScenarioError([f"{loaded.source}: engine.participation: real peers always take part "
-                             f"(got {sc.engine.participation}); set it to 1"])
+    if problems := launch_problems(loaded):
+        raise ScenarioError(problems)
     n = len(load_scenario_dataset(loaded).devices)
     if peers is not None and peers != n:
         hint = ("--set dataset.synthetic.num_devices=N" if sc.dataset.name == "synthetic"

@@ -32,7 +32,7 @@ from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pai
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, dump, load_scenario
+from p2pfed.scenario.loader import ScenarioError, dump, launch_problems, load_scenario
 from p2pfed.scenario.randomness import int_seed
 from p2pfed.transport import Mailbox, Outbox
 
@@ -57,9 +57,8 @@ class Peer:
         self.loaded = load_scenario(loaded_config.resolve(cfg.scenario), cfg.overrides, cfg.seed)
         sc = self.loaded.scenario
         where = loaded_config.source
-        if sc.engine.participation < 1:
-            raise ScenarioError([f"{where}: scenario engine.participation: real peers always take part "
-                                 f"(got {sc.engine.participation}); set it to 1"])
+        if problems := launch_problems(self.loaded):
+            raise ScenarioError([f"{where}: scenario {p}" for p in problems])
         dataset = load_scenario_dataset(self.loaded)
         device = None
         if cfg.data is not None:

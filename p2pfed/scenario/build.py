@@ -5,8 +5,6 @@ Shared by the simulation and the real-peer runtime so both build devices the sam
 
 from __future__ import annotations
 
-import math
-
 import networkx as nx
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
@@ -31,14 +29,6 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
     return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
 
 
-def device_rounds(sc) -> int:
-    """Rounds a device runs: the scenario's, or with contacts the trainings expected in
-    ``contacts.duration_s`` (methods with a final local phase need to know the end)."""
-    if sc.contacts.kind == "none" or sc.contacts.duration_s is None:
-        return sc.rounds
-    return max(1, math.ceil(sc.contacts.duration_s / sc.asynchronous.train_period_s))
-
-
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
                     shared: dict | None = None, device: DeviceData | None = None) -> Algorithm:
     """The scenario's method for one device. Every device starts from the same initial weights
@@ -53,7 +43,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),
-                        torch_generator=torch_stream(sc.seed, "device", device_id), rounds=device_rounds(sc),
+                        torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
                         shared=shared if shared is not None else {})
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))

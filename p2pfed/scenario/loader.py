@@ -115,6 +115,8 @@ def _describe(err: dict[str, Any]) -> str:
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown key"
     msg = err["msg"].removeprefix("Value error, ")
+    if not err["loc"]:   # a rule across sections: its message names the field itself
+        return msg
     given = err.get("input")
     if err["type"] not in {"missing"} and not isinstance(given, (dict, list)) and given is not None:
         return f"{loc}: {msg} (got {given!r})"
@@ -143,9 +145,26 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
         except ValidationError as exc:
             problems += [f"{source}: {_describe({**e, 'loc': ('algorithm', *e['loc'])})}" for e in exc.errors()]
     problems += _missing_files(raw, source, base_dir)
+    if scenario is not None and cls is not None and not problems:
+        options = cls.Options.model_validate({k: v for k, v in algo.items() if k != "name"})
+        problems += [f"{source}: {p}" for p in cls.scenario_problems(
+            options, rounds=scenario.device_rounds(), layers=len(scenario.model.hidden) + 1)]
     if problems:
         raise ScenarioError(problems)
     return scenario
+
+
+def launch_problems(loaded: LoadedScenario) -> list[str]:
+    """What real peers (``p2pfed launch`` / ``peer``) cannot run that the simulator can, one
+    'file: field: problem' line each; ``p2pfed validate --launch`` reports them too."""
+    sc, problems = loaded.scenario, []
+    if sc.engine.participation < 1:
+        problems.append(f"{loaded.source}: engine.participation: real peers always take part "
+                        f"(got {sc.engine.participation}); set it to 1")
+    if sc.contacts.kind != "none":
+        problems.append(f"{loaded.source}: contacts.kind: real peers run synchronous rounds over the "
+                        f"topology; contacts ({sc.contacts.kind!r}) are simulated only")
+    return problems
 
 
 FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"))

@@ -7,6 +7,7 @@ silently ignored). Every field is documented in ``scenarios/REFERENCE.md``; keep
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -194,3 +195,18 @@ class Scenario(Section):
     asynchronous: AsynchronousSection = AsynchronousSection()
     forwarding: ForwardingSection = ForwardingSection()
     churn: ChurnSection = ChurnSection()
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> Scenario:
+        """Rules that span sections (each still names the field to change)."""
+        if self.dynamic.devices_fraction > 0 and self.contacts.kind != "none":
+            raise ValueError("dynamic.devices_fraction: dynamic data returns classes on a round schedule, "
+                             f"so it needs synchronous rounds (contacts.kind: none, got {self.contacts.kind!r})")
+        return self
+
+    def device_rounds(self) -> int:
+        """Rounds a device runs: the scenario's, or with contacts the trainings expected in
+        ``contacts.duration_s`` (methods with a final local phase need to know the end)."""
+        if self.contacts.kind == "none" or self.contacts.duration_s is None:
+            return self.rounds
+        return max(1, math.ceil(self.contacts.duration_s / self.asynchronous.train_period_s))
