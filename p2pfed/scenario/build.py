@@ -12,21 +12,35 @@ import numpy as np
 import torch
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
-from p2pfed.data import DeviceData, FederatedDataset, load_dataset
+from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
+                         load_dataset)
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.engine.topology import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
-from p2pfed.scenario.loader import LoadedScenario, algorithm_options
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError, algorithm_options
 
 
 def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
+    """The scenario's devices. A bad data file or an impossible partition is a ScenarioError
+    (one line per problem, naming the file and column or the partition key)."""
     ds = loaded.scenario.dataset
     seed = loaded.scenario.seed
     common = {"test_fraction": ds.test_fraction, "seed": seed}
     if ds.name == "synthetic":
         return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
     path = loaded.resolve(ds.path)
+    if ds.name in ("digits", "files"):
+        spec = PartitionSpec(**ds.partition.model_dump())
+        own = {} if ds.name == "digits" else {
+            "path": str(path), "device_column": ds.device_column, "label_column": ds.label_column,
+            "class_names": ds.class_names}
+        try:
+            return load_dataset(ds.name, **common, scaling=ds.scaling, partition_spec=spec, **own)
+        except DataError as exc:
+            raise ScenarioError(exc.problems) from None
+        except PartitionError as exc:
+            raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
     if ds.name == "wisdm":
         return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users,
                             path=None if path is None else str(path))
