@@ -50,7 +50,7 @@ def label_problems(table: RawTable, label_column: str, class_names: Sequence[str
     elif class_names is not None:
         unknown = ~missing & ~np.isin(y, list(class_names))
         problems += _first_at(table, label_column, y, unknown,
-                              lambda v: f"label {v!r} is not one of dataset.class_names")
+                              lambda v: f"label {str(v)!r} is not one of dataset.class_names")
     return problems
 
 

@@ -2,15 +2,16 @@
 
 A reader only parses and checks what one file can tell: required columns exist, features are
 numbers. Labels and devices are returned raw (numbers, or strings) for ``labels.py`` and the
-loader to check and encode across files. Problems are collected, one line each naming the file
-and column, and raised together as a ``DataError``.
+loader to check and encode across files. A file that cannot be read as a table raises a
+``DataError`` at once; bad values are collected in ``RawTable.problems`` (one line each naming
+the file and column) so the loader reports them together with the label problems.
 """
 
 from __future__ import annotations
 
 import csv
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ class RawTable:
     owners: np.ndarray | None     # the device column (float64 or str), None when not read
     unit: str = "line"            # how a row is named in messages: CSV lines, else row index
     refs: np.ndarray | None = None  # CSV: the file line of each row
+    problems: list[str] = field(default_factory=list)  # bad values found while reading
 
     def where(self, i: int) -> str:
         return f"{self.unit} {self.refs[i] if self.refs is not None else i}"
@@ -139,10 +141,9 @@ def _read_csv(path: Path, label_column: str, device_column: str | None) -> RawTa
             continue
         problems += _infinite(path, name, values, lambda i: f"line {refs[i]}")
         x[:, j] = values
-    if problems:
-        raise DataError(problems)
     owners = _raw_column(columns[device_column]) if device_column is not None else None
-    return RawTable(path, x, features, _raw_column(columns[label_column]), owners, "line", refs)
+    return RawTable(path, x, features, _raw_column(columns[label_column]), owners, "line", refs,
+                    problems)
 
 
 def _infinite(path: Path, name: str, values: np.ndarray, where) -> list[str]:
@@ -187,9 +188,9 @@ def _read_parquet(path: Path, label_column: str, device_column: str | None) -> R
             x[:, j] = values
     labels = column(label_column, numeric_only=False)
     owners = column(device_column, numeric_only=False) if device_column is not None else None
-    if problems:
+    if labels is None or (device_column is not None and owners is None):
         raise DataError(problems)
-    return RawTable(path, x, list(features), labels, owners, "row")
+    return RawTable(path, x, list(features), labels, owners, "row", problems=problems)
 
 
 def read_npz(path: Path, label_column: str, device_column: str | None) -> RawTable:
@@ -230,12 +231,12 @@ def read_npz(path: Path, label_column: str, device_column: str | None) -> RawTab
             raw[key] = np.char.strip(a)
         else:
             problems.append(f"{path}: array {key!r}: dtype {a.dtype} is neither numbers nor strings")
-    if not problems:
-        x = x.astype(np.float64)
-        bad = np.argwhere(np.isinf(x))
-        if len(bad):
-            problems.append(f"{path}: array 'x': infinite value at index {tuple(int(i) for i in bad[0])}")
     if problems:
         raise DataError(problems)
+    x = x.astype(np.float64)
+    bad = np.argwhere(np.isinf(x))
+    if len(bad):
+        problems.append(f"{path}: array 'x': infinite value at index {tuple(int(i) for i in bad[0])}")
     return RawTable(path, x, [f"x[{j}]" for j in range(x.shape[1])], raw[label_column],
-                    raw.get(device_column) if device_column is not None else None, "index")
+                    raw.get(device_column) if device_column is not None else None, "index",
+                    problems=problems)

@@ -64,7 +64,7 @@ def load_files(path: str | Path, *, device_column: str = "device", label_column:
     natural = partition_spec.kind == "natural"
     folder = path.is_dir()
     tables = read_files(path, label_column, device_column if natural and not folder else None)
-    problems = [p for t in tables for p in label_problems(t, label_column, class_names)]
+    problems = [p for t in tables for p in t.problems + label_problems(t, label_column, class_names)]
     if natural and not folder:
         problems += owner_problems(tables[0], device_column)
     if problems:
