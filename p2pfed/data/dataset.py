@@ -45,6 +45,28 @@ class FederatedDataset:
     class_names: list[str]
     devices: list[DeviceData]
     groups: np.ndarray | None = None  # synthetic only: (devices, classes) latent group, -1 = absent
+    partition: dict | None = None  # how devices were made from a central dataset (kind, parameters)
+
+    def class_counts(self, split: str = "all") -> np.ndarray:
+        """Examples per (device, class id), int64 of shape (devices, classes); ``split`` is
+        ``train``, ``test`` or ``all``. Row i is ``devices[i]``, column c is ``class_names[c]``."""
+        if split not in ("train", "test", "all"):
+            raise ValueError(f"split must be train, test or all, got {split!r}")
+        rows = []
+        for dev in self.devices:
+            labels = {"train": [dev.y_train], "test": [dev.y_test],
+                      "all": [dev.y_train, dev.y_test]}[split]
+            rows.append(np.bincount(np.concatenate(labels), minlength=self.num_classes))
+        return np.array(rows, dtype=np.int64).reshape(len(self.devices), self.num_classes)
+
+    def describe(self) -> dict:
+        """JSON-ready account of the federation for results: class names, the partition that
+        made the devices, and each device's train and test examples per class."""
+        train, test = self.class_counts("train"), self.class_counts("test")
+        return {"name": self.name, "devices": len(self.devices), "features": self.num_features,
+                "class_names": list(self.class_names), "partition": self.partition,
+                "class_counts": {dev.name: {"train": train[i].tolist(), "test": test[i].tolist()}
+                                 for i, dev in enumerate(self.devices)}}
 
     def summary_table(self) -> str:
         """Per-device, per-class example counts as `train/test`, with totals."""

@@ -37,3 +37,17 @@ def devices_by_owner(x: np.ndarray, y: np.ndarray, owner: np.ndarray,
                                    test_fraction=test_fraction, rng=device_seed(seed, key),
                                    scaling=scaling))
     return devices
+
+
+def devices_from_parts(x: np.ndarray, y: np.ndarray, parts: Sequence[np.ndarray],
+                       names: Sequence[str], *, test_fraction: float, seed: int,
+                       scaling: str) -> list[DeviceData]:
+    """One device per index array in ``parts`` (device i's split drawn from (seed, i))."""
+    return [make_device(i, name, x[idx], y[idx], test_fraction=test_fraction,
+                        rng=device_seed(seed, i), scaling=scaling)
+            for i, (idx, name) in enumerate(zip(parts, names))]
+
+
+def unsplittable(devices: Sequence[DeviceData]) -> list[DeviceData]:
+    """Devices whose split left train or test empty (no class with two examples)."""
+    return [d for d in devices if d.num_train == 0 or d.num_test == 0]

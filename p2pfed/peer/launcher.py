@@ -64,9 +64,11 @@ def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], s
         raise ScenarioError(problems)
     n = len(load_scenario_dataset(loaded).devices)
     if peers is not None and peers != n:
-        hint = ("--set dataset.synthetic.num_devices=N" if sc.dataset.name == "synthetic"
-                else "--set dataset.users=[...]")
-        raise ValueError(f"--peers {peers}: the scenario {loaded.source} has {n} devices ({hint} to change it)")
+        hint = ("--set dataset.partition.num_devices=N" if sc.dataset.partition.kind != "natural"
+                else {"synthetic": "--set dataset.synthetic.num_devices=N",
+                      "wisdm": "--set dataset.users=[...]"}.get(sc.dataset.name))
+        raise ValueError(f"--peers {peers}: the scenario {loaded.source} has {n} devices"
+                         + (f" ({hint} to change it)" if hint else ""))
     stale = sorted(out.glob("peers/peer-*/checkpoint.pt"))
     if stale:
         raise ValueError(f"{out}: holds checkpoints of an earlier launch ({stale[0]}); peers would resume "

@@ -8,21 +8,35 @@ from __future__ import annotations
 import networkx as nx
 
 from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
-from p2pfed.data import DeviceData, FederatedDataset, load_dataset
+from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
+                         load_dataset)
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.network import build_topology
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
-from p2pfed.scenario.loader import LoadedScenario, algorithm_options
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError, algorithm_options
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
 
 
 def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
+    """The scenario's devices. A bad data file or an impossible partition is a ScenarioError
+    (one line per problem, naming the file and column or the partition key)."""
     ds = loaded.scenario.dataset
     common = {"test_fraction": ds.test_fraction, "seed": int_seed(loaded.scenario.seed, "data-split")}
     if ds.name == "synthetic":
         return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
     path = loaded.resolve(ds.path)
+    if ds.name in ("digits", "files"):
+        spec = PartitionSpec(**ds.partition.model_dump())
+        own = {} if ds.name == "digits" else {
+            "path": str(path), "device_column": ds.device_column, "label_column": ds.label_column,
+            "class_names": ds.class_names}
+        try:
+            return load_dataset(ds.name, **common, scaling=ds.scaling, partition_spec=spec, **own)
+        except DataError as exc:
+            raise ScenarioError(exc.problems) from None
+        except PartitionError as exc:
+            raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
     if ds.name == "wisdm":
         return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users,
                             path=None if path is None else str(path))

@@ -28,18 +28,43 @@ class SyntheticSection(Section):
     noise: float = Field(1.0, gt=0)
 
 
+class PartitionSection(Section):
+    """How a central dataset is split across devices (``files`` and ``digits``)."""
+
+    kind: Literal["natural", "iid", "dirichlet", "shards", "quantity"] = "natural"
+    num_devices: int = Field(10, ge=2)
+    alpha: float = Field(0.5, gt=0)
+    classes_per_device: int = Field(2, ge=1)
+    size_sigma: float = Field(1.0, gt=0)
+    min_samples: int = Field(10, ge=2)
+
+
 class DatasetSection(Section):
-    name: Literal["wisdm", "wisdm-raw", "synthetic"] = "wisdm"
+    name: Literal["wisdm", "wisdm-raw", "synthetic", "digits", "files"] = "wisdm"
     path: str | None = None
     test_fraction: float = Field(0.2, gt=0, lt=1)
     scaling: Literal["device", "none"] = "device"
     users: list[int] | None = None
     synthetic: SyntheticSection = SyntheticSection()
+    device_column: str = Field("device", min_length=1)
+    label_column: str = Field("label", min_length=1)
+    class_names: list[str] | None = Field(None, min_length=2)
+    partition: PartitionSection = PartitionSection()
 
     @model_validator(mode="after")
     def _path_when_needed(self) -> DatasetSection:
-        if self.name == "wisdm-raw" and self.path is None:
-            raise ValueError("dataset.path is required for dataset 'wisdm-raw'")
+        if self.name in ("wisdm-raw", "files") and self.path is None:
+            raise ValueError(f"dataset.path is required for dataset {self.name!r}")
+        if self.name == "digits" and self.partition.kind == "natural":
+            raise ValueError("dataset.partition.kind: digits has no devices of its own; "
+                             "choose iid, dirichlet, shards or quantity")
+        if self.name not in ("digits", "files") and self.partition.kind != "natural":
+            raise ValueError(f"dataset.partition.kind: only 'natural' for dataset {self.name!r} "
+                             f"(partitioners split 'digits' or 'files')")
+        if self.device_column == self.label_column:
+            raise ValueError("dataset.device_column and dataset.label_column must differ")
+        if self.class_names is not None and len(set(self.class_names)) != len(self.class_names):
+            raise ValueError("dataset.class_names must not repeat a name")
         return self
 
 
