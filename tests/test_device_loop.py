@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfed.algorithms import ALGORITHMS
+from p2pfed.algorithms import ALGORITHMS, Received
 from p2pfed.device import Intake, IntakeRules, encode_share, load_checkpoint, save_checkpoint
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.results.recorder import Recorder
@@ -84,7 +84,6 @@ def test_method_state_round_trips_through_a_checkpoint_file(name, tmp_path):
         for i, a in enumerate(algos):
             for j, p in enumerate(shares):
                 if j != i and p is not None:
-                    from p2pfed.algorithms import Received
                     a.receive(Received(sender=j, round=r, sent_at=float(r), received_at=float(r), payload=p))
     save_checkpoint(tmp_path / "a.ckpt", "test", "fp", algos[0].state_dict())
     twin = build_algorithm(loaded, dataset, 0)

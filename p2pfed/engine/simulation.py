@@ -182,9 +182,7 @@ class Simulation:
             loop.load_state_dict(saved)
         for intake, saved in zip(self.delivery.intakes, state["intakes"], strict=True):
             intake.load_state_dict(saved)
-        restored = Recorder.from_state(state["recorder"])
-        for name in vars(restored):
-            setattr(self.recorder, name, getattr(restored, name))
+        self.recorder.load_state_dict(state["recorder"])
         self.rng.bit_generator.state = json.loads(state["rng"])
         self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
         self.in_flight.clear()

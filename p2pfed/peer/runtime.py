@@ -228,8 +228,7 @@ class Peer:
         self.next_round = int(state["next_round"])
         self.loop.load_state_dict(state["device"])
         self.intake.load_state_dict(state["intake"])
-        self.recorder = Recorder.from_state(json.loads(state["recorder"]))
-        self.loop.recorder = self.intake.recorder = self.recorder
+        self.recorder.load_state_dict(json.loads(state["recorder"]))
         runtime = json.loads(state["runtime"])
         self.latest = {int(k): v for k, v in runtime["latest"].items()}
         self.send_failed = runtime["send_failed"]

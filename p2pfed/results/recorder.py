@@ -205,18 +205,24 @@ class Recorder:
             "fused": [self.fused_count, self.fused_age_sum],
         }
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace everything recorded by what ``state_dict`` returned (same devices)."""
+        if [int(d) for d in state["devices"]] != self.device_ids:
+            raise ValueError(f"recorder state for devices {state['devices']}, not {self.device_ids}")
+        self.time_origin = float(state["time_origin"])
+        names = {f.name for f in fields(DeviceCounters)}
+        self.devices = [DeviceCounters(**{k: v for k, v in c.items() if k in names}) for c in state["counters"]]
+        self.traffic_by_round = {int(r): Counter(c) for r, c in state["traffic"].items()}
+        self.drop_reasons = Counter(state["drop_reasons"])
+        self._evals = {int(r): np.array([[np.nan if v is None else v for v in row] for row in ev["values"]],
+                                        dtype=float) for r, ev in state["evaluations"].items()}
+        self._eval_time = {int(r): float(ev["time"]) for r, ev in state["evaluations"].items()}
+        self.fused_count, self.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
+
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Recorder:
-        rec = cls(state["devices"], state["time_origin"])
-        names = {f.name for f in fields(DeviceCounters)}
-        rec.devices = [DeviceCounters(**{k: v for k, v in c.items() if k in names}) for c in state["counters"]]
-        rec.traffic_by_round = {int(r): Counter(c) for r, c in state["traffic"].items()}
-        rec.drop_reasons = Counter(state["drop_reasons"])
-        for r, ev in state["evaluations"].items():
-            rec._evals[int(r)] = np.array([[np.nan if v is None else v for v in row] for row in ev["values"]],
-                                          dtype=float)
-            rec._eval_time[int(r)] = float(ev["time"])
-        rec.fused_count, rec.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
+        rec = cls(state["devices"])
+        rec.load_state_dict(state)
         return rec
 
     @classmethod

@@ -138,15 +138,15 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     except ValueError as exc:
         problems.append(f"{source}: algorithm.name: {exc}")
         cls = None
+    options = None
     if cls is not None:
         opts = {k: v for k, v in algo.items() if k != "name"}
         try:
-            cls.Options.model_validate(opts)
+            options = cls.Options.model_validate(opts)
         except ValidationError as exc:
             problems += [f"{source}: {_describe({**e, 'loc': ('algorithm', *e['loc'])})}" for e in exc.errors()]
     problems += _missing_files(raw, source, base_dir)
-    if scenario is not None and cls is not None and not problems:
-        options = cls.Options.model_validate({k: v for k, v in algo.items() if k != "name"})
+    if scenario is not None and options is not None and not problems:
         problems += [f"{source}: {p}" for p in cls.scenario_problems(
             options, rounds=scenario.device_rounds(), layers=len(scenario.model.hidden) + 1)]
     if problems:
