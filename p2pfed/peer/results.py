@@ -8,13 +8,12 @@ peer's own results are the merge of one history.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from p2pfed.learning.training import Evaluation
-from p2pfed.results.files import DEVICE_COLUMNS, ROUND_COLUMNS, device_rows, write_csv
+from p2pfed.results.files import device_rows, write_results_files
 from p2pfed.results.recorder import DeviceCounters, Recorder, round_float
 from p2pfed.results.summary import build_summary
 from p2pfed.scenario.loader import LoadedScenario
@@ -64,21 +63,16 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
                   start_time: float, wall_time_s: float, full_model_bytes: int,
                   **extra: Any) -> dict[str, Any]:
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
-    from p2pfed.results.plots import plot_run  # matplotlib only when files are written
-
     recorder = merge(peers, start_time)
     elapsed = max((p["history"][-1]["time"] for p in peers if p["history"]), default=start_time)
     summary = build_summary(loaded, recorder, [_Stats(p["stats"]) for p in peers], devices=len(peers),
                             sim_time_s=elapsed - start_time, wall_time_s=wall_time_s,
                             full_model_bytes=full_model_bytes, **extra)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, recorder.rows)
     rows = device_rows(recorder, [p["name"] for p in peers])
     for row, peer in zip(rows, peers):
         row["device"] = peer["id"]
-    write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, rows)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_run(recorder.rows, out_dir / "plot.png", title=f"{summary['scenario']} — {summary['algorithm']} (peers)")
+    write_results_files(out_dir, summary, recorder.rows, rows,
+                        title=f"{summary['scenario']} — {summary['algorithm']} (peers)")
     return summary
 
 
