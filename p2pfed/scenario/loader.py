@@ -174,6 +174,25 @@ def _describe(err: dict[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
+_TYPE_TAGS = {"int", "float", "str", "bool", "bytes", "none"}
+
+
+def field_errors(errors: list[dict[str, Any]], prefix: tuple = ()) -> list[dict[str, Any]]:
+    """pydantic's errors, one per field: a value that fits no member of a union is reported once
+    per member, with the member's type at the end of its location ('literal[...]', 'list[...]',
+    'int'); those are merged into one error whose message lists what would fit."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    for err in errors:
+        loc = prefix + tuple(x for x in err["loc"] if not (isinstance(x, str) and ("[" in x or x in _TYPE_TAGS)))
+        if loc in merged:
+            first = merged[loc]
+            first["msg"] = f"{first['msg']} or {err['msg'].removeprefix('Input should be ')}"
+            first["type"] = "union"
+        else:
+            merged[loc] = {**err, "loc": loc}
+    return list(merged.values())
+
+
 @functools.cache
 def _strict(options: type[BaseModel]) -> type[BaseModel]:
     """A method's options model refusing NaN and infinity, as every scenario section does."""
@@ -189,21 +208,22 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        problems += [f"{source}: {_describe(e)}" for e in exc.errors()]
+        problems += [f"{source}: {_describe(e)}" for e in field_errors(exc.errors())]
         scenario = None
     algo = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
     name = algo.get("name", "fedsub")
-    try:
-        cls = algorithm_class(str(name))
-    except ValueError as exc:
-        problems.append(f"{source}: algorithm.name: {exc}")
-        cls = None
+    cls = None
+    if isinstance(name, str):  # any other type is reported by the schema above
+        try:
+            cls = algorithm_class(name)
+        except ValueError as exc:
+            problems.append(f"{source}: algorithm.name: {exc}")
     if cls is not None:
         opts = {k: v for k, v in algo.items() if k != "name"}
         try:
             _strict(cls.Options).model_validate(opts)
         except ValidationError as exc:
-            problems += [f"{source}: {_describe({**e, 'loc': ('algorithm', *e['loc'])})}" for e in exc.errors()]
+            problems += [f"{source}: {_describe(e)}" for e in field_errors(exc.errors(), ("algorithm",))]
     problems += _missing_files(raw, source, base_dir)
     if problems:
         raise ScenarioError(problems)
