@@ -64,8 +64,8 @@ def test_fields_whose_extremes_crash_a_run_have_an_upper_bound(capsys):
 
 def test_a_run_that_cannot_fit_in_memory_is_refused_naming_the_field(capsys):
     lines = validate(capsys, str(SMALL), "--set", "rounds=1000000000000",
-                     "--set", "model.hidden=[10000000, 10000000]")
-    assert [line.split(": ")[1] for line in lines] == ["model.hidden", "rounds"]
+                     "--set", "model.hidden=[10000000, 10000000]", "--set", "algorithm.kmeans_n_init=10000000000000")
+    assert [line.split(": ")[1] for line in lines] == ["model.hidden", "algorithm.kmeans_n_init", "rounds"]
     assert all("of memory" in line for line in lines)
     # The check is against the memory given: the quickstart fits a normal machine, not 1 MiB.
     sc = load_scenario(QUICKSTART).scenario

@@ -31,6 +31,7 @@ EVALUATION_ROW_BYTES = 500  # one rounds.csv row held until the results are writ
 WAYPOINT_PAIR_STEP_BYTES = 42  # per device pair and position sample: two float64 differences,
                                # one float64 distance and three int8/bool flags
 CONTACT_BYTES = 150         # one Contact record
+KMEANS_MIN_K = 2            # FedSub's K sweep starts at 2 clusters
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,13 @@ def estimates(sc: Scenario) -> list[Estimate]:
     params = model_parameters(sc)
     out = [Estimate("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
                     f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes")]
+    restarts = sc.algorithm.options.get("kmeans_n_init") if sc.algorithm.name == "fedsub" else None
+    if isinstance(restarts, int):
+        # All restarts run as one batch: at least 2 centres of the prototype dimension each.
+        dim = sc.model.hidden[-1]
+        out.append(Estimate("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64,
+                            f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
+                            f"× {FLOAT64} bytes"))
     if sc.dataset.name == "synthetic":
         s = sc.dataset.synthetic
         held = s.classes_per_device or s.num_classes

@@ -223,7 +223,10 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
         try:
             _strict(cls.Options).model_validate(opts)
         except ValidationError as exc:
-            problems += [f"{source}: {_describe(e)}" for e in field_errors(exc.errors(), ("algorithm",))]
+            known = ", ".join(cls.Options.model_fields) or "no options"
+            problems += [f"{source}: {_describe(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
+                                                         else "")
+                         for e in field_errors(exc.errors(), ("algorithm",))]
     problems += _missing_files(raw, source, base_dir)
     if problems:
         raise ScenarioError(problems)
