@@ -40,7 +40,10 @@ class Neighbour(_Section):
     endpoint: str = Field(description="tcp://host:port where the neighbour listens")
     public_key: str | None = Field(None, description="the neighbour's .key file (required unless --insecure)")
 
-    _endpoint = field_validator("endpoint")(tcp_endpoint)
+    @field_validator("endpoint")
+    @classmethod
+    def _port_in_range(cls, v: str) -> str:
+        return tcp_endpoint(v)
 
 
 class OwnData(_Section):
@@ -64,7 +67,10 @@ class PeerConfig(_Section):
     max_bad_messages: int = Field(20, ge=1, description="bad messages tolerated per peer before ignoring it")
     start_time: float | None = Field(None, description="unix time that elapsed times count from")
 
-    _listen = field_validator("listen")(tcp_endpoint)
+    @field_validator("listen")
+    @classmethod
+    def _port_in_range(cls, v: str) -> str:
+        return tcp_endpoint(v)
 
     @field_validator("neighbours")
     @classmethod
