@@ -146,13 +146,15 @@ def expand(sweep: Sweep) -> list[Point]:
             except ScenarioError as exc:
                 problems.extend(f"{src}: {label}: {_strip(line, base.source, key)}" for line in exc.problems)
 
-    fixed = [override(k, v) for k, v in spec.overrides.items()]
-    for key, value in spec.overrides.items():
-        check(f"set.{key}", key, [override(key, value)])
-    if not problems:
-        for key, values in spec.grid.items():
-            for i, value in enumerate(values):
-                check(f"grid.{key}[{i}]", key, [*fixed, override(key, value)])
+    fixed, good = [override(k, v) for k, v in spec.overrides.items()], []
+    for key, item in zip(spec.overrides, fixed):
+        before = len(problems)
+        check(f"set.{key}", key, [item])
+        if len(problems) == before:
+            good.append(item)
+    for key, values in spec.grid.items():
+        for i, value in enumerate(values):
+            check(f"grid.{key}[{i}]", key, [*good, override(key, value)])
     if problems:
         raise SweepError(problems)
 

@@ -77,7 +77,7 @@ class Sweep:
 
 
 def read_sweep(path: str | Path) -> Sweep:
-    """Parse and schema-check a sweep file; the grid's cells are checked by ``cells.expand``."""
+    """Parse and schema-check a sweep file (every problem at once); ``cells.expand`` checks the grid."""
     p = Path(path)
     source = str(p)
     try:
@@ -87,19 +87,21 @@ def read_sweep(path: str | Path) -> Sweep:
     except OSError as exc:
         raise SweepError([f"{source}: cannot read sweep file: {exc.strerror}"]) from None
     raw = _parse(text, source)
+    problems: list[str] = []
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SweepError([f"{source}: {describe_error(e)}" for e in exc.errors()]) from None
-    problems = []
-    for i, name in enumerate(spec.methods or []):
+        problems += [f"{source}: {describe_error(e)}" for e in exc.errors()]
+        spec = None
+    methods = raw.get("methods")
+    for i, name in enumerate(methods if isinstance(methods, list) else []):
         try:
-            algorithm_class(name)
+            algorithm_class(str(name))
         except ValueError as exc:
             problems.append(f"{source}: methods.{i}: {exc}")
     scenario = None
-    if spec.scenario is not None:
-        scenario = (p.resolve().parent / Path(spec.scenario).expanduser()).resolve()
+    if isinstance(raw.get("scenario"), str):
+        scenario = (p.resolve().parent / Path(raw["scenario"]).expanduser()).resolve()
         if not scenario.is_file():
             problems.append(f"{source}: scenario: file not found: {scenario}")
     if problems:
