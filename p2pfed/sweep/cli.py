@@ -10,10 +10,6 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_FAILED_CELLS = 1
-EXIT_INTERRUPTED = 130
-
-
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run methods × swept values × seeds, on local cores or a Dask cluster")
     p.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (see scenarios/REFERENCE.md)")
