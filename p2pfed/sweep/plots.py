@@ -53,6 +53,8 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], path: Path, title: s
             ax.set_xticks(range(len(all_x)), all_x, rotation=20 if len(all_x) > 4 else 0)
         elif min(numbers) > 0 and max(numbers) / min(numbers) >= 50:
             ax.set_xscale("log")
+        elif len(numbers) <= 8:
+            ax.set_xticks(numbers, all_x)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     ax_f1.set(ylabel="final mean macro-F1 (95 % CI over seeds)", ylim=(0, 1))
