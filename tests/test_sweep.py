@@ -255,7 +255,6 @@ def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, t
         logs.close()
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-sweep, then --resume."""
     sweep = write_sweep(tmp_path, set={**TINY, "rounds": 8})
