@@ -1,7 +1,7 @@
 """``safl``: SAFL without a server — clustered, guided Network-Slimming pruning, then Hermes.
 
-Follows Li et al., *Personalized Federated Learning via Client-Specific Clustering and
-SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden layer has a
+Follows Nan Li, Xiaolu Wang, Xiao Du, Puyu Cai, Ting Wang, *Personalized Federated Learning
+via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden layer has a
 scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
 
 Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_0..r_{T-1}
