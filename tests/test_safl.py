@@ -149,6 +149,7 @@ def _run_clique(extra: list[str], rounds: int = 8):
                                       "training.epochs=2", f"rounds={rounds}", "algorithm.target_rate=0.5", *extra])
     dataset = _planted()
     algos = [build_algorithm(loaded, dataset, i) for i in range(len(dataset.devices))]
+    torch.set_num_threads(loaded.scenario.engine.torch_threads)   # as the runtimes do: tiny models, one thread
     for r in range(rounds):
         shares = []
         for a in algos:
