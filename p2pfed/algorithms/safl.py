@@ -41,7 +41,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call
 
-from p2pfed.algorithms.base import Algorithm, ArtifactError, DeviceContext, Options, Payload, register
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, Options, Payload, Received,
+                                    register)
 from p2pfed.algorithms.model_payload import sample_count
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.submodel_payload import decode_submodel, encode_submodel
@@ -91,6 +92,7 @@ class Safl(Algorithm):
         self.overlap_shared = 0.0     # stage two: share of its parameters some neighbour also held
         self.last_round = -1          # the last round the device trained in
         self._initial: dict[int, SubModel] | None = None
+        self.parsed: dict[int, SubModel] = {}   # decoded cache entries, under the same keys
 
     # -- schedule ----------------------------------------------------------------------------
     def rate(self, round: int) -> float:
@@ -124,12 +126,14 @@ class Safl(Algorithm):
 
     def peer_submodels(self) -> list[tuple[int, SubModel, float]]:
         """(cluster, sub-model, pruning rate) of every neighbour's newest share, in peer order."""
-        out = []
-        for key in sorted(self.cache):
-            payload = self.cache[key].payload
-            out.append((int(payload.meta["cluster"]), decode_submodel(self.ctx.model, payload),
-                        float(payload.meta["rate"])))
-        return out
+        return [(int(self.cache[k].payload.meta["cluster"]), self._submodel(k),
+                 float(self.cache[k].payload.meta["rate"])) for k in sorted(self.cache)]
+
+    def _submodel(self, key: int) -> SubModel:
+        """The decoded sub-model of a cache entry (decoded once, when it arrived)."""
+        if key not in self.parsed:
+            self.parsed[key] = decode_submodel(self.ctx.model, self.cache[key].payload)
+        return self.parsed[key]
 
     def cluster_candidates(self) -> dict[int, SubModel]:
         """Per cluster present among the neighbours, the fusion of its members' sub-models (Fig. 3)
@@ -190,7 +194,8 @@ class Safl(Algorithm):
                                cluster=0 if self.cluster is None else self.cluster,
                                rate=pruned_fraction(self.masks), stage=1 if self.stage_one(round) else 2)
 
-    def check_payload(self, payload: Payload) -> None:
+    def parse(self, payload: Payload) -> SubModel:
+        """A neighbour's share, checked (meta and shapes) and decoded."""
         sample_count(payload)
         k = self.options.clusters
         cluster, rate, stage = (payload.meta.get(f) for f in ("cluster", "rate", "stage"))
@@ -200,7 +205,18 @@ class Safl(Algorithm):
             raise ArtifactError(f"meta 'rate' must be a number in [0, 1), got {rate!r}")
         if stage not in (1, 2) or isinstance(stage, bool):
             raise ArtifactError(f"meta 'stage' must be 1 or 2, got {stage!r}")
-        decode_submodel(self.ctx.model, payload)
+        return decode_submodel(self.ctx.model, payload)
+
+    def check_payload(self, payload: Payload) -> None:
+        self.parse(payload)
+
+    def receive(self, item: Received) -> None:
+        """Keep the newest share per neighbour, decoded once."""
+        sub = self.parse(item.payload)
+        old = self.cache.get(item.sender)
+        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
+            self.cache[item.sender] = item
+            self.parsed[item.sender] = sub
 
     def fuse(self, round: int, now: float) -> None:
         """Stage one: nothing to average (the cluster models are formed when the device trains,
@@ -210,7 +226,7 @@ class Safl(Algorithm):
             return
         model = self.ctx.model
         names = [n for n, _ in model.named_parameters() if not n.startswith("gates.")]
-        peers = [(decode_submodel(model, r.payload), float(sample_count(r.payload))) for r in fresh]
+        peers = [(self._submodel(r.sender), float(sample_count(r.payload))) for r in fresh]
         self.overlap_shared = preserve_personal(model, self.masks, float(self.ctx.num_samples), peers, names)
 
     def stats(self) -> dict[str, Any]:
@@ -236,6 +252,7 @@ class Safl(Algorithm):
                 "last_round": self.last_round}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.parsed.clear()
         super().load_state_dict(state)
         self.masks = [array_from_state(m) for m in state["masks"]]
         self.cluster = None if state["cluster"] < 0 else int(state["cluster"])
