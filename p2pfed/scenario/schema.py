@@ -92,6 +92,7 @@ class DatasetSection(Section):
 
 class ModelSection(Section):
     hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1)
+    unit_gates: bool = False   # a scaling factor on every hidden unit (SAFL adds them itself)
 
     @model_validator(mode="after")
     def _positive(self) -> ModelSection:
