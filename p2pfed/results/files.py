@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from p2pfed.results.recorder import Recorder, round_float
+from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
 
 ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_mean",
                  "accuracy_mean", "bytes_sent_total", "messages_sent", "messages_dropped"]
@@ -43,7 +43,9 @@ def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names:
     from p2pfed.results.plots import plot_run  # matplotlib only when files are written
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, recorder.rows)
+    rows = recorder.rows
+    extra = [c for c in GENERALIZATION_COLUMNS if any(c in r for r in rows)]
+    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS + extra, rows)
     write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, device_rows(recorder, names))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     plot_run(recorder.rows, out_dir / "plot.png",
