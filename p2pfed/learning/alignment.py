@@ -87,27 +87,27 @@ class ALPLayer(nn.Module):
         active = (torch.cat([self.local_prototypes, self.global_prototypes]) if self.training
                   else self.local_prototypes)                                            # Eq. 3
         plan = sinkhorn_plan(x_norm.detach() @ F.normalize(active, dim=1).T, self.epsilon, self.iterations)
-        # The pseudo-code's final C *= N: each prototype's column then sums to 1 over the batch.
-        weights = plan * plan.shape[1]
         if self.training:
             self.last_marginal_error = marginal_error(plan)
-            assigned = weights[:, g:].argmax(dim=1)
+            assigned = plan[:, g:].argmax(dim=1)
             self.last_global_used.update(int(i) for i in assigned.unique())
             matched = self.global_prototypes[assigned]
-            self._follow(x_norm.detach(), weights[:, :g])
+            self._follow(x_norm.detach(), plan[:, :g])
         else:
-            matched = self.local_prototypes[weights.argmax(dim=1)]
+            matched = self.local_prototypes[plan.argmax(dim=1)]
         aligned = self.beta * F.glu(self.glu(matched.detach()), dim=-1) + (1 - self.beta) * x  # Eq. 6-7
         return F.normalize(aligned, dim=1)
 
     @torch.no_grad()
-    def _follow(self, x_norm: torch.Tensor, local_weights: torch.Tensor) -> None:
-        """Eq. 5: each local prototype moves toward the weighted sum of its ⌈N/G⌉ best-matched
-        embeddings (weights from its column of the plan)."""
-        per_prototype = local_weights.T.to(x_norm.dtype)                      # (G, N)
+    def _follow(self, x_norm: torch.Tensor, local_plan: torch.Tensor) -> None:
+        """Eq. 5: each local prototype moves toward x̂_g, the average of its ⌈N/G⌉ best-matched
+        embeddings weighted by their plan values normalised to sum to 1 (Sec. 3.1, "weighted
+        averaging on the normalized similarity value"; the released code normalises the same way)."""
+        per_prototype = local_plan.T                                           # (G, N)
         k = min(math.ceil(x_norm.shape[0] / self.num_prototypes), x_norm.shape[0])
         values, idx = per_prototype.topk(k, dim=1)
-        summary = (x_norm[idx] * values.unsqueeze(-1)).sum(dim=1)          # (G, d)
+        values = values / values.sum(dim=1, keepdim=True).clamp_min(torch.finfo(values.dtype).tiny)
+        summary = (x_norm[idx] * values.unsqueeze(-1).to(x_norm.dtype)).sum(dim=1)   # (G, d)
         self.local_prototypes.mul_(self.gamma).add_((1 - self.gamma) * summary)
 
 
