@@ -158,6 +158,14 @@ def test_fedali_mechanism_fires_in_a_simulation_run(tmp_path):
     assert summary["comm"]["bytes_per_message_vs_full_model"] > 1
 
 
+def test_fedali_learns_planted_classes():
+    loaded = load_scenario(SCENARIO, ["rounds=8", "training.lr=0.1", "dataset.synthetic.num_devices=6",
+                                      "dataset.synthetic.samples_per_class=24", "dataset.synthetic.groups_per_class=2",
+                                      "model.hidden=[16,32]", "algorithm.name=fedali"])
+    final = run_scenario(loaded, None, progress=False)["final"]
+    assert final["f1_macro_mean"] > 0.5, final             # chance: 0.25
+
+
 def test_fedali_runs_over_contacts():
     loaded = load_scenario(SCENARIO, SMALL + [
         "contacts.kind=poisson", "contacts.duration_s=600", "contacts.mean_intercontact_s=100",
