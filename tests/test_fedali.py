@@ -276,3 +276,15 @@ def test_generalization_survives_recorder_state_and_merge():
     merged = Recorder.merge([Recorder.from_state(json.loads(json.dumps(r.state_dict()))) for r in (one, two)])
     assert merged.rows[0]["generalization_f1_mean"] == 0.5
     assert merged.rows[0]["generalization_f1_std"] == 0.25
+
+
+def test_generalization_columns_survive_a_checkpoint_restart(tmp_path):
+    from p2pfed.engine.runner import Checkpointing
+
+    loaded = lambda: load_scenario(SCENARIO, GEN + ["rounds=4", "evaluation.generalization=true"])  # noqa: E731
+    whole = run_scenario(loaded(), tmp_path / "whole", progress=False)
+    ckpt = Checkpointing(tmp_path / "run.ckpt", stop_after_round=2)
+    assert run_scenario(loaded(), None, progress=False, checkpointing=ckpt) is None
+    resumed = run_scenario(loaded(), tmp_path / "resumed", progress=False, checkpointing=Checkpointing(ckpt.path))
+    assert resumed["final"] == whole["final"]
+    assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
