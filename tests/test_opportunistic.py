@@ -19,7 +19,8 @@ class Blob(Algorithm):
     message_kind = "test/blob"
 
     def __init__(self, parts: list[tuple[str, int]]) -> None:
-        super().__init__(ctx=SimpleNamespace(neighbours=None), options=None)  # the runtime offers neighbours
+        super().__init__(ctx=SimpleNamespace(neighbours=None, generalization_data=None),  # the runtime offers neighbours
+                         options=None)
         self.parts = parts
         self.got: list[Received] = []
 

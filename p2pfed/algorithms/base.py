@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 from abc import ABC
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -55,6 +56,11 @@ class DeviceContext:
     shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
     # The devices this one can reach right now, as the runtime sees them (set by the runtime).
     neighbours: Callable[[], list[int]] | None = None
+    # The seed every device's initial model was drawn from: a method with extra shared modules
+    # (FedAli's prototypes and GLU) draws their initial values from it, so all devices start alike.
+    model_seed: int = 0
+    # evaluation.generalization: the other devices' pooled test data (features, labels), or None.
+    generalization_data: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
@@ -71,6 +77,18 @@ class DeviceContext:
     @property
     def num_samples(self) -> int:
         return int(self.y_train.shape[0])
+
+    @contextmanager
+    def evaluating_on(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[None]:
+        """Point the test split at other data for the duration: every method's ``evaluate``
+        scores its model on ``ctx.x_test``/``y_test``, so this measures the same model elsewhere
+        (generalization) without each method knowing about it."""
+        saved = self.x_test, self.y_test
+        self.x_test, self.y_test = x, y
+        try:
+            yield
+        finally:
+            self.x_test, self.y_test = saved
 
     def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
         """Restrict the training data to ``classes`` (None: all of it), for data that appears

@@ -85,6 +85,10 @@ class DeviceLoop:
         """Evaluate the model the device holds now, recorded under ``round`` (or interval)."""
         evaluation = self.algorithm.evaluate()
         self.recorder.evaluated(self.device, round, self.clock(), evaluation)
+        ctx = self.algorithm.ctx
+        if ctx.generalization_data is not None:   # evaluation.generalization: the others' test data
+            with ctx.evaluating_on(*ctx.generalization_data()):
+                self.recorder.generalized(self.device, round, self.algorithm.evaluate().f1_macro)
         return evaluation
 
     # -- state (checkpoints) --------------------------------------------------------------------

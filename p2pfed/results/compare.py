@@ -10,6 +10,7 @@ from p2pfed.results.plots import plot_comparison
 
 COMPARISON_COLUMNS = ["algorithm", "f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean",
                       "bytes_per_device_per_round", "msg_vs_full_model", "messages_dropped", "wall_time_s"]
+GENERALIZATION = "generalization_f1_mean"   # a column only when the runs measured it
 
 
 def comparison_row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +38,10 @@ def write_comparison(out_dir: Path, summaries: list[dict[str, Any]],
                      rounds_by_algorithm: dict[str, list[dict[str, Any]]], title: str) -> str:
     """comparison.csv and comparison.png in ``out_dir``; returns the printed table."""
     rows = [comparison_row(s) for s in summaries]
+    columns = list(COMPARISON_COLUMNS)
+    if any(GENERALIZATION in r for r in rows):
+        columns.insert(columns.index("f1_macro_std") + 1, GENERALIZATION)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "comparison.csv", COMPARISON_COLUMNS, rows)
+    write_csv(out_dir / "comparison.csv", columns, rows)
     plot_comparison(rounds_by_algorithm, out_dir / "comparison.png", title=title)
-    return format_table(rows, COMPARISON_COLUMNS)
+    return format_table(rows, columns)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from p2pfed.results.recorder import Recorder, round_float
+from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
 
 ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_mean",
                  "accuracy_mean", "bytes_sent_total", "messages_sent", "messages_dropped"]
@@ -117,7 +117,8 @@ def write_results_files(out_dir: Path, summary: dict[str, Any], round_rows: list
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").unlink(missing_ok=True)
-    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, round_rows)
+    extra = [c for c in GENERALIZATION_COLUMNS if any(c in r for r in round_rows)]
+    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS + extra, round_rows)
     write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, devices)
     plot_run(round_rows, out_dir / "plot.png", title=title)
     write_json(out_dir / "summary.json", summary)

@@ -24,6 +24,7 @@ log = logging.getLogger("p2pfed.results")
 
 TRAFFIC_COLUMNS = ("bytes_sent_total", "messages_sent", "messages_dropped")
 METRICS = ("f1_macro", "loss", "accuracy")
+GENERALIZATION_COLUMNS = ("generalization_f1_mean", "generalization_f1_std")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Recorder:
         self.drop_reasons: Counter = Counter()
         self._evals: dict[int, np.ndarray] = {}       # round -> (devices, 3) metrics, NaN until evaluated
         self._eval_time: dict[int, float] = {}        # round -> latest evaluation time
+        self._general: dict[int, np.ndarray] = {}     # round -> (devices,) macro-F1 on the others' test data
         self.fused_count = 0
         self.fused_age_sum = 0.0
         # A hostile peer can make drops at will: their log lines are rate-limited (the counts
@@ -129,6 +131,11 @@ class Recorder:
         row[self.index[device]] = (evaluation.f1_macro, evaluation.loss, evaluation.accuracy)
         self._eval_time[round] = max(self._eval_time.get(round, -np.inf), float(time_s) - self.time_origin)
 
+    def generalized(self, device: int, round: int, f1_macro: float) -> None:
+        """``device``'s model scored ``f1_macro`` on the other devices' pooled test data after ``round``."""
+        row = self._general.setdefault(round, np.full(self.num_devices, np.nan))
+        row[self.index[device]] = f1_macro
+
     # -- reading -----------------------------------------------------------------------------
     @property
     def mean_fused_age_s(self) -> float | None:
@@ -167,7 +174,16 @@ class Recorder:
             "f1_macro_std": round_float(np.nanstd(values[:, 0])),
             "loss_mean": round_float(np.nanmean(values[:, 1])),
             "accuracy_mean": round_float(np.nanmean(values[:, 2])),
+            **self._generalization_row(round),
         }
+
+    def _generalization_row(self, round: int) -> dict[str, float]:
+        """The generalization columns of a round (none unless evaluation.generalization is on)."""
+        values = self._general.get(round)
+        if values is None or np.isnan(values).all():
+            return {}
+        return {"generalization_f1_mean": round_float(np.nanmean(values)),
+                "generalization_f1_std": round_float(np.nanstd(values))}
 
     @property
     def latest(self) -> dict | None:
@@ -208,6 +224,8 @@ class Recorder:
                                                 for row in self._evals[r]]}
                             for r in sorted(self._evals)},
             "fused": [self.fused_count, self.fused_age_sum],
+            "generalization": {str(r): [None if np.isnan(v) else float(v) for v in values]
+                               for r, values in sorted(self._general.items())},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -223,6 +241,8 @@ class Recorder:
                                         dtype=float) for r, ev in state["evaluations"].items()}
         self._eval_time = {int(r): float(ev["time"]) for r, ev in state["evaluations"].items()}
         self.fused_count, self.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
+        self._general = {int(r): np.array([np.nan if v is None else v for v in values], dtype=float)
+                         for r, values in state.get("generalization", {}).items()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Recorder:
@@ -246,6 +266,10 @@ class Recorder:
                         rec._evals.setdefault(r, np.full((rec.num_devices, len(METRICS)), np.nan))
                         rec._evals[r][rec.index[device]] = row
                 rec._eval_time[r] = max(rec._eval_time.get(r, -np.inf), part._eval_time[r])
+            for r, values in part._general.items():
+                for device, value in zip(part.device_ids, values):
+                    if not np.isnan(value):
+                        rec.generalized(device, r, float(value))
             rec.fused_count += part.fused_count
             rec.fused_age_sum += part.fused_age_sum
         return rec

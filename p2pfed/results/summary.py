@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from p2pfed.results.recorder import Recorder, round_float
+from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
 
 
 def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats: list[dict[str, Any]], *,
@@ -30,7 +30,8 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         "rounds": rounds if isinstance(rounds, int) else round_float(rounds, 2),
         "wall_time_s": round_float(wall_time_s, 3),
         "sim_time_s": round_float(sim_time_s),
-        "final": {k: final.get(k) for k in ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean")},
+        "final": {**{k: final.get(k) for k in ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean")},
+                  **{k: final[k] for k in GENERALIZATION_COLUMNS if k in final}},   # evaluation.generalization
         "comm": {
             "bytes_sent_total": bytes_total,
             "bytes_per_device_per_round": round_float(per_device_round, 1),

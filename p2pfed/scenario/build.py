@@ -12,6 +12,7 @@ from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError
                          load_dataset)
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.network import build_topology
+from p2pfed.learning.generalization import PooledTestData
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, algorithm_options
@@ -44,12 +45,15 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
 
 
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
-                    shared: dict | None = None, device: DeviceData | None = None) -> Algorithm:
+                    shared: dict | None = None, device: DeviceData | None = None,
+                    pooled_test: PooledTestData | None = None) -> Algorithm:
     """The scenario's method for one device. Every device starts from the same initial weights
     (drawn from the scenario seed), as a server's first broadcast would give them.
 
     ``device`` replaces the dataset's device ``device_id`` (a real peer's own data); it must fit
-    the federation's model (same features and classes)."""
+    the federation's model (same features and classes). With ``evaluation.generalization`` the
+    device is also scored on the other devices' test data (``pooled_test``, built from the dataset
+    if not given; pass one to share it between devices)."""
     sc = loaded.scenario
     device = dataset.devices[device_id] if device is None else device
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden,
@@ -58,7 +62,11 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),
                         torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
-                        shared=shared if shared is not None else {})
+                        shared=shared if shared is not None else {},
+                        model_seed=int_seed(sc.seed, "model-init"))
+    if sc.evaluation.generalization:
+        pool = pooled_test if pooled_test is not None else pooled_test_data(dataset)
+        ctx.generalization_data = lambda: pool.others(device_id)
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))
 
@@ -73,7 +81,14 @@ def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
 
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
     shared: dict = {}
-    return [build_algorithm(loaded, dataset, i, shared) for i in range(len(dataset.devices))]
+    pool = pooled_test_data(dataset) if loaded.scenario.evaluation.generalization else None
+    return [build_algorithm(loaded, dataset, i, shared, pooled_test=pool) for i in range(len(dataset.devices))]
+
+
+def pooled_test_data(dataset: FederatedDataset) -> PooledTestData:
+    """Every device's test split in one pool (``evaluation.generalization``)."""
+    return PooledTestData([d.device_id for d in dataset.devices], [d.x_test for d in dataset.devices],
+                          [d.y_test for d in dataset.devices])
 
 
 def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> ClassSchedule | None:

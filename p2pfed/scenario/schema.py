@@ -154,6 +154,7 @@ class DynamicSection(Section):
 class EvaluationSection(Section):
     every: int = Field(1, ge=1)
     every_s: float | None = Field(None, gt=0)
+    generalization: bool = False   # also score each device on the other devices' pooled test data
 
 
 class ContactsSection(Section):

@@ -26,6 +26,7 @@ from p2pfed.sweep.cells import Point
 CELL_METRICS = {
     "f1_macro_mean": ("final", "f1_macro_mean"),
     "f1_macro_std": ("final", "f1_macro_std"),
+    "generalization_f1_mean": ("final", "generalization_f1_mean"),   # with evaluation.generalization
     "loss_mean": ("final", "loss_mean"),
     "accuracy_mean": ("final", "accuracy_mean"),
     "bytes_per_device_per_round": ("comm", "bytes_per_device_per_round"),
@@ -44,7 +45,7 @@ CELL_METRICS = {
     "wall_time_s": ("wall_time_s",),
 }
 # summary.csv: short name -> sweep.csv column, each given as mean, std, ci_low, ci_high
-SUMMARY_METRICS = {"f1": "f1_macro_mean", "loss": "loss_mean",
+SUMMARY_METRICS = {"f1": "f1_macro_mean", "generalization_f1": "generalization_f1_mean", "loss": "loss_mean",
                    "bytes_per_device_per_round": "bytes_per_device_per_round",
                    "transfers_aborted": "transfers_aborted", "delivery_ratio": "delivery_ratio"}
 CONFIDENCE = 0.95

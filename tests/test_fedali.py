@@ -1,0 +1,290 @@
+"""FedAli: the ALP layer's transport plan, assignments and prototype updates, the serverless
+k-means aggregation, and the mechanism firing in real runs (rounds and contacts); plus
+``evaluation.generalization`` (each device scored on the other devices' test data)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import numpy as np
+import ot
+import pytest
+import torch
+import torch.nn.functional as F
+
+from p2pfed.algorithms import Received
+from p2pfed.device import DeviceLoop
+from p2pfed.engine.runner import run_scenario
+from p2pfed.learning.alignment import ALPLayer, kmeans_prototypes, marginal_error, sinkhorn_plan
+from p2pfed.learning.training import evaluate
+from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.build import build_algorithm, build_algorithms, load_scenario_dataset
+from p2pfed.scenario.loader import load_scenario
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
+SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=16", "model.hidden=[16,32]",
+         "rounds=5", "algorithm.name=fedali", "algorithm.prototypes=8"]
+
+
+def _unit(n: int, d: int, seed: int) -> torch.Tensor:
+    return F.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64), dim=1)
+
+
+def _layer(dim=4, g=2, **kw) -> ALPLayer:
+    args = {"beta": 0.2, "gamma": 0.9, "epsilon": 0.05, "iterations": 3} | kw
+    return ALPLayer(dim, g, generator=torch.Generator().manual_seed(0), **args)
+
+
+# -- the transport plan ---------------------------------------------------------------------------
+@pytest.mark.parametrize("n,k,eps,iterations", [(40, 6, 0.05, 3), (7, 16, 0.05, 3), (30, 5, 0.2, 10)])
+def test_sinkhorn_plan_equals_pots(n, k, eps, iterations):
+    """Our few tensor lines against POT's Sinkhorn-Knopp on the same cost (-similarity) and
+    uniform marginals, with the same number of sweeps."""
+    sim = _unit(n, 8, 1) @ _unit(k, 8, 2).T
+    ours = sinkhorn_plan(sim, eps, iterations).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "did not converge": few sweeps on purpose
+        ref = ot.sinkhorn(np.full(k, 1 / k), np.full(n, 1 / n), -sim.T.numpy(), eps,
+                          numItermax=iterations, stopThr=0).T
+    np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-15)
+
+
+def test_sinkhorn_plan_is_doubly_stochastic_within_tolerance():
+    sim = _unit(50, 8, 3) @ _unit(10, 8, 4).T
+    three = sinkhorn_plan(sim, 0.05, 3)
+    # Three sweeps (the paper's setting): the columns are exact, the rows on their way.
+    np.testing.assert_allclose(three.sum(dim=0).numpy() * 10, 1.0, atol=1e-12)
+    converged = sinkhorn_plan(sim, 0.05, 300)
+    assert marginal_error(converged) < 1e-6
+    assert marginal_error(three) > marginal_error(converged)
+    # A tiny epsilon neither overflows nor yields NaN (the row maximum is taken out before exp).
+    assert torch.isfinite(sinkhorn_plan(sim, 1e-3, 3)).all()
+
+
+# -- the ALP layer -----------------------------------------------------------------------------------
+def _planted():
+    """Embeddings near direction e0; global prototypes e0 and e1; local prototypes e2 and e3."""
+    eye = torch.eye(4)
+    layer = _layer(beta=1.0, gamma=1.0)
+    with torch.no_grad():
+        layer.global_prototypes.copy_(eye[[0, 1]])
+        layer.local_prototypes.copy_(eye[[2, 3]] + 0.5 * eye[0])
+    x = eye[0] + 0.05 * torch.randn(12, 4, generator=torch.Generator().manual_seed(5))
+    return layer, x, eye
+
+
+def test_training_aligns_to_hard_assigned_global_prototypes_and_inference_to_local_ones():
+    layer, x, eye = _planted()
+    glu = lambda p: F.normalize(F.glu(layer.glu(p), dim=-1), dim=-1)  # noqa: E731  (β = 1: x̂ is the GLU output)
+
+    def matched(out, prototypes):
+        """Which prototype's GLU output each row is (-1: none of them)."""
+        return [next((j for j, p in enumerate(prototypes) if torch.allclose(r, glu(p))), -1) for r in out]
+
+    layer.train()
+    out = layer(x)
+    on_global = matched(out, layer.global_prototypes)
+    assert -1 not in on_global                         # every row: a global prototype, hard-assigned
+    # The plan's uniform column marginal spreads the batch over both prototypes, although every
+    # embedding is closer to e0: transport, not nearest-neighbour.
+    assert set(on_global) == {0, 1} == layer.last_global_used
+    layer.eval()
+    out = layer(x)
+    assert -1 not in matched(out, layer.local_prototypes)   # inference: local prototypes only
+    assert torch.allclose(out.norm(dim=1), torch.ones(12))
+
+
+def test_local_prototypes_follow_the_embeddings_by_ema_and_global_ones_stay():
+    layer, x, eye = _planted()
+    layer.gamma = 0.5
+    before_local, before_global = layer.local_prototypes.clone(), layer.global_prototypes.clone()
+    layer.train()
+    layer(x)
+    moved = layer.local_prototypes
+    assert torch.equal(layer.global_prototypes, before_global)
+    # Each local prototype moved toward the data (direction e0), halfway by γ = 0.5.
+    toward = F.normalize(x, dim=1).mean(dim=0)
+    assert (F.cosine_similarity(moved, toward.expand_as(moved)) >
+            F.cosine_similarity(before_local, toward.expand_as(moved))).all()
+    layer.eval()
+    frozen = layer.local_prototypes.clone()
+    layer(x)
+    assert torch.equal(layer.local_prototypes, frozen)                    # inference never updates
+
+
+def test_gamma_one_keeps_the_local_prototypes():
+    layer, x, _ = _planted()
+    before = layer.local_prototypes.clone()
+    layer.train()
+    layer(x)
+    assert torch.equal(layer.local_prototypes, before)
+
+
+def test_the_prototypes_get_no_gradient_but_the_glu_does():
+    layer, x, _ = _planted()
+    layer.train()
+    x = x.clone().requires_grad_(True)
+    layer(x).sum().backward()
+    assert layer.glu.weight.grad is not None and x.grad is not None
+    assert not layer.local_prototypes.requires_grad and not layer.global_prototypes.requires_grad
+
+
+def test_kmeans_global_prototypes_are_the_centroids_of_the_neighbourhoods_local_prototypes():
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    b = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    c = torch.tensor([[1.1, 0.0], [0.0, 1.1]])
+    out = kmeans_prototypes([a, b, c], [1.0, 2.0, 1.0])
+    torch.testing.assert_close(out, torch.tensor([[1.0, 1 / 30], [1 / 30, 1.0]]))
+
+
+# -- the method in real runs -------------------------------------------------------------------------
+def test_fedali_mechanism_fires_in_a_simulation_run(tmp_path):
+    summary = run_scenario(load_scenario(SCENARIO, SMALL + ["evaluation.generalization=true"]), tmp_path,
+                           progress=False)
+    stats = json.loads((tmp_path / "summary.json").read_text())["algorithm_stats"]
+    assert stats == summary["algorithm_stats"]
+    assert stats["local_prototype_movement"] > 0          # EMA toward the embeddings
+    assert stats["global_prototype_shift"] > 0            # k-means moved the global prototypes
+    assert stats["kmeans_fusions"] == 4                    # every round after the first
+    # Each device clustered its own and its neighbours' local prototypes (G each).
+    degree = summary["topology"]["mean_degree"]
+    assert stats["kmeans_points"] == pytest.approx(8 * (1 + degree))
+    assert 0 < stats["plan_marginal_error"] < 1 and 1 <= stats["global_prototypes_assigned"] <= 8
+    assert summary["final"]["generalization_f1_mean"] >= 0
+    # A share carries the weights, the GLU and the local prototypes: more than the bare model.
+    assert summary["comm"]["bytes_per_message_vs_full_model"] > 1
+
+
+def test_fedali_learns_planted_classes():
+    loaded = load_scenario(SCENARIO, ["rounds=8", "training.lr=0.1", "dataset.synthetic.num_devices=6",
+                                      "dataset.synthetic.samples_per_class=24", "dataset.synthetic.groups_per_class=2",
+                                      "model.hidden=[16,32]", "algorithm.name=fedali"])
+    final = run_scenario(loaded, None, progress=False)["final"]
+    assert final["f1_macro_mean"] > 0.5, final             # chance: 0.25
+
+
+def test_fedali_runs_over_contacts():
+    loaded = load_scenario(SCENARIO, SMALL + [
+        "contacts.kind=poisson", "contacts.duration_s=600", "contacts.mean_intercontact_s=100",
+        "contacts.mean_duration_s=30", "asynchronous.train_period_s=60", "evaluation.every_s=300",
+        "asynchronous.send_policy=whole", "evaluation.generalization=true"])
+    summary = run_scenario(loaded, None, progress=False)
+    stats = summary["algorithm_stats"]
+    assert stats["kmeans_fusions"] > 0 and stats["global_prototype_shift"] > 0
+    assert stats["local_prototype_movement"] > 0
+    assert "generalization_f1_mean" in summary["final"]
+
+
+def test_reset_local_is_the_papers_choice_and_can_be_turned_off():
+    loaded = load_scenario(SCENARIO, SMALL)
+    dataset = load_scenario_dataset(loaded)
+    for reset in (True, False):
+        run = load_scenario(SCENARIO, SMALL + [f"algorithm.reset_local={str(reset).lower()}"])
+        a, b = (build_algorithm(run, dataset, i) for i in (0, 1))
+        for algo in (a, b):
+            algo.train(0)
+        a.receive(Received(sender=1, round=0, sent_at=0.0, received_at=0.0, payload=b.share(0)))
+        a.fuse_new(1, 1.0)
+        same = torch.equal(a.alp.local_prototypes, a.alp.global_prototypes)
+        assert same is reset
+
+
+def test_a_payload_with_bad_prototypes_is_refused():
+    from p2pfed.algorithms import ArtifactError
+
+    loaded = load_scenario(SCENARIO, SMALL)
+    dataset = load_scenario_dataset(loaded)
+    a, b = build_algorithm(loaded, dataset, 0), build_algorithm(loaded, dataset, 1)
+    payload = b.share(0)
+    payload.tensors["local_prototypes"] = payload.tensors["local_prototypes"][:3]
+    with pytest.raises(ArtifactError, match="local_prototypes"):
+        a.check_payload(payload)
+    payload.tensors["local_prototypes"] = np.full((8, 32), np.nan, dtype=np.float32)
+    with pytest.raises(ArtifactError, match="local_prototypes"):
+        a.check_payload(payload)
+
+
+def test_hidden_layer_past_the_model_is_reported_naming_the_field(tmp_path, capsys):
+    from p2pfed.cli.main import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: 4\nmodel: {hidden: [8, 8]}\nalgorithm: {name: fedali, hidden_layer: 3}\n")
+    assert main(["validate", str(bad)]) == 2
+    assert f"{bad}: algorithm.hidden_layer: 3 is past the model's 2 hidden layer(s)" in capsys.readouterr().out
+
+
+def test_aligning_the_first_hidden_layer_shrinks_the_share():
+    loaded = load_scenario(SCENARIO, SMALL)
+    dataset = load_scenario_dataset(loaded)
+    last = build_algorithm(loaded, dataset, 0).share(0)
+    first = build_algorithm(load_scenario(SCENARIO, SMALL + ["algorithm.hidden_layer=1"]), dataset, 0).share(0)
+    assert last.tensors["local_prototypes"].shape == (8, 32) and first.tensors["local_prototypes"].shape == (8, 16)
+    size = lambda p: sum(a.nbytes for a in p.tensors.values())  # noqa: E731
+    assert size(first) < size(last)
+
+
+# -- evaluation.generalization -----------------------------------------------------------------------
+GEN = ["dataset.synthetic.num_devices=4", "dataset.synthetic.samples_per_class=16", "model.hidden=[16,32]",
+       "rounds=2", "dataset.synthetic.classes_per_device=2", "algorithm.name=local"]
+
+
+def test_generalization_is_each_devices_macro_f1_on_the_other_devices_pooled_test_data():
+    loaded = load_scenario(SCENARIO, GEN + ["evaluation.generalization=true"])
+    dataset = load_scenario_dataset(loaded)
+    algos = build_algorithms(loaded, dataset)
+    recorder = Recorder(len(algos))
+    for i, algo in enumerate(algos):
+        algo.train(0)
+        DeviceLoop(i, algo, recorder, clock=lambda: 0.0, max_message_bytes=2**20).evaluate(0)
+    expected = []
+    for i, algo in enumerate(algos):
+        others = [d for d in dataset.devices if d.device_id != i]
+        x = torch.as_tensor(np.concatenate([d.x_test for d in others]))
+        y = torch.as_tensor(np.concatenate([d.y_test for d in others]))
+        expected.append(evaluate(algo.ctx.model, x, y).f1_macro)
+        own = evaluate(algo.ctx.model, algo.ctx.x_test, algo.ctx.y_test).f1_macro
+        assert recorder.last_evaluations[i].f1_macro == own                   # own test data restored
+    row = recorder.rows[0]
+    assert row["generalization_f1_mean"] == pytest.approx(np.mean(expected), abs=1e-6)
+    assert row["generalization_f1_std"] == pytest.approx(np.std(expected), abs=1e-6)
+    # Devices that each hold 2 of 4 classes do worse on the others' data than on their own.
+    assert row["generalization_f1_mean"] < row["f1_macro_mean"]
+
+
+def test_generalization_columns_appear_only_when_enabled(tmp_path):
+    off = run_scenario(load_scenario(SCENARIO, GEN), tmp_path / "off", progress=False)
+    on = run_scenario(load_scenario(SCENARIO, GEN + ["evaluation.generalization=true"]), tmp_path / "on",
+                      progress=False)
+    header = lambda d: next(csv.reader((tmp_path / d / "rounds.csv").open()))  # noqa: E731
+    assert "generalization_f1_mean" not in header("off") and "generalization_f1_mean" not in off["final"]
+    assert header("on")[-2:] == ["generalization_f1_mean", "generalization_f1_std"]
+    rows = list(csv.DictReader((tmp_path / "on" / "rounds.csv").open()))
+    assert float(rows[-1]["generalization_f1_mean"]) == on["final"]["generalization_f1_mean"]
+    # Personalization is the same whether or not generalization is measured.
+    assert on["final"]["f1_macro_mean"] == off["final"]["f1_macro_mean"]
+
+
+def test_generalization_survives_recorder_state_and_merge():
+    one, two = Recorder([0]), Recorder([1])
+    from p2pfed.learning.training import Evaluation
+    for rec, dev, f1 in ((one, 0, 0.25), (two, 1, 0.75)):
+        rec.evaluated(dev, 0, 1.0, Evaluation(0.9, 0.1, 0.9))
+        rec.generalized(dev, 0, f1)
+    merged = Recorder.merge([Recorder.from_state(json.loads(json.dumps(r.state_dict()))) for r in (one, two)])
+    assert merged.rows[0]["generalization_f1_mean"] == 0.5
+    assert merged.rows[0]["generalization_f1_std"] == 0.25
+
+
+def test_generalization_columns_survive_a_checkpoint_restart(tmp_path):
+    from p2pfed.engine.runner import Checkpointing
+
+    loaded = lambda: load_scenario(SCENARIO, GEN + ["rounds=4", "evaluation.generalization=true"])  # noqa: E731
+    whole = run_scenario(loaded(), tmp_path / "whole", progress=False)
+    ckpt = Checkpointing(tmp_path / "run.ckpt", stop_after_round=2)
+    assert run_scenario(loaded(), None, progress=False, checkpointing=ckpt) is None
+    resumed = run_scenario(loaded(), tmp_path / "resumed", progress=False, checkpointing=Checkpointing(ckpt.path))
+    assert resumed["final"] == whole["final"]
+    assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
