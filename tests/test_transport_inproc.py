@@ -90,15 +90,19 @@ def test_bad_destinations_and_a_closed_network_are_refused():
         net.carry(0, b"x")
 
 
-def test_a_simulation_through_the_routed_network_gives_the_same_results(monkeypatch):
-    """Drop-in for delivery.InprocNetwork: the same run, the same results."""
-    from p2pfed.engine import delivery
+def test_1100_devices_run_past_the_default_socket_limit():
+    """One inproc mailbox per device stopped runs at ~1,000 devices (``Too many open files``,
+    1,023 sockets per ZeroMQ context); the engine's routed pair carries 1,100 devices' frames."""
     from p2pfed.engine.runner import run_scenario
     from p2pfed.scenario.loader import load_scenario
 
-    loaded = load_scenario(SCENARIOS / "synthetic-small.yaml", ["rounds=3", "algorithm.name=gossip-avg"])
-    before = run_scenario(loaded, progress=False)
-    monkeypatch.setattr(delivery, "InprocNetwork", RoutedInprocNetwork)
-    after = run_scenario(loaded, progress=False)
-    assert after["final"] == before["final"]
-    assert after["comm"] == before["comm"]
+    assert zmq.Context.instance().get(zmq.MAX_SOCKETS) < 1100 * 2
+    loaded = load_scenario(SCENARIOS / "synthetic-small.yaml", [
+        "rounds=2", "algorithm.name=gossip-avg", "dataset.synthetic.num_devices=1100",
+        "dataset.synthetic.samples_per_class=4", "dataset.synthetic.num_features=4",
+        "model.hidden=[4]", "topology.kind=random-regular", "topology.degree=2"])
+    summary = run_scenario(loaded, progress=False)
+    assert summary["devices"] == 1100
+    assert summary["comm"]["delivery_ratio"] == 1.0
+    assert summary["comm"]["messages_sent"] == 2 * 1100 * 2   # 2 rounds x 1,100 devices x degree 2
+    assert summary["comm"]["messages_dropped"] == 0
