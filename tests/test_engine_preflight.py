@@ -27,13 +27,13 @@ def test_problem_names_the_field_and_how_many_devices_fit():
 
 def test_cli_refuses_a_run_over_the_memory_limit_before_building_models(repo_root, tmp_path, capsys):
     code = main(["run", str(repo_root / "scenarios" / "synthetic-small.yaml"), "--quiet",
-                 "--out", str(tmp_path / "out"), "--set", "dataset.synthetic.num_devices=10000",
-                 "--set", "dataset.synthetic.samples_per_class=4", "--set", "engine.max_memory_gib=0.6"])
+                 "--out", str(tmp_path / "out"), "--set", "dataset.synthetic.num_devices=1000",
+                 "--set", "dataset.synthetic.samples_per_class=4", "--set", "engine.max_memory_gib=1"])
     err = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("running ")]
     assert code == 2
     assert len(err) == 1, err
     assert "synthetic-small.yaml: dataset.synthetic.num_devices: the run needs about" in err[0]
-    assert "for 10000 devices" in err[0] and "engine.max_memory_gib" in err[0]
+    assert "for 1000 devices" in err[0] and "engine.max_memory_gib" in err[0]
     assert not (tmp_path / "out").exists()
 
 

@@ -86,8 +86,19 @@ def resolve_device(requested: str, source: str) -> str:
     raise ScenarioError([f"{source}: engine.device: cuda requested but {why}; use cpu or auto"])
 
 
-def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Graph | None) -> MemoryEstimate:
-    """Raise a ScenarioError naming the field to change if the run would not fit in memory."""
+def expected_degree(loaded: LoadedScenario, devices: int) -> float | None:
+    """Mean neighbours per device, known from the scenario without building the graph (a
+    complete graph over 10,000 devices alone would not fit); None when only the graph knows."""
+    sc, topo = loaded.scenario, loaded.scenario.topology
+    if sc.contacts.kind not in ("none", "static"):
+        return float(min(devices - 1, CONTACT_DEGREE))
+    return {"complete": devices - 1, "ring": min(devices - 1, 2), "small-world": min(devices - 1, topo.k),
+            "random-regular": min(devices - 1, topo.degree)}.get(topo.kind)
+
+
+def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Graph | None = None) -> MemoryEstimate:
+    """Raise a ScenarioError naming the field to change if the run would not fit in memory
+    (``graph``: the built graph, for topologies whose degree only it knows)."""
     from p2pfed.device import full_model_bytes
     from p2pfed.learning.model import build_model
 
@@ -96,7 +107,9 @@ def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Gr
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=0)
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     data_bytes = sum(a.nbytes for d in dataset.devices for a in (d.x_train, d.y_train, d.x_test, d.y_test))
-    degree = (2 * graph.number_of_edges() / max(n, 1)) if graph is not None else min(n - 1, CONTACT_DEGREE)
+    degree = expected_degree(loaded, n)
+    if degree is None:
+        degree = 2 * graph.number_of_edges() / max(n, 1) if graph is not None else float(n - 1)
     estimate = estimate_memory(n, data_bytes, model_bytes, full_model_bytes(model), degree)
     limit_field = "engine.max_memory_gib"
     limit = (int(sc.engine.max_memory_gib * GIB) if sc.engine.max_memory_gib is not None else available_bytes())
