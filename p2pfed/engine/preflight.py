@@ -1,122 +1,70 @@
-"""Refuse a run that would not fit in memory, before the devices' models are built.
+"""Checks that need more than the schema, run before any work: the files a scenario names read
+cleanly with the readers the run uses, and the run fits in memory.
 
-A simulation holds, per device, its data (float64 arrays and their float32 tensors), its model
-with gradients and optimiser state, and the messages in flight to it and cached until its next
-fusion (about one model each, per neighbour). The estimate adds those to a fixed cost per device
-(Python objects, torch modules, generators) and to the interpreter with its libraries; both
-constants were measured with ``bench/scale.py`` (peak RSS from 36 to 1,000 devices).
-A run whose estimate exceeds the memory available is refused with the estimate and the scenario
-fields that change it, instead of failing (or swapping) hours later.
+Why: ``p2pfed validate`` must find a damaged topology, trace or data file, and ``run`` must
+refuse it before training anything, each as one line naming the scenario file, the field and
+the damaged file (with its line where the format has lines). The readers themselves name the
+file; this module adds the scenario file and field in front.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import warnings
+from pathlib import Path
 
-import networkx as nx
-
-from p2pfed.data.dataset import FederatedDataset
+from p2pfed.engine.contacts.plan import ContactError
+from p2pfed.engine.contacts.traces import map_nodes, read_trace
+from p2pfed.network.topology import TopologyError, read_topology_file
+from p2pfed.scenario.budget import device_count, memory_problems
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError
 
-MIB = 2**20
-GIB = 2**30
-BASE_BYTES = 500 * MIB          # interpreter + torch + numpy + scikit-learn + simpy, imported
-DEVICE_OVERHEAD_BYTES = 160_000  # per device: modules, tensors' headers, generators, loops, intake
-MODEL_COPIES = 4                 # parameters, gradients, optimiser momentum, a method's own copy
-CONTACT_DEGREE = 16              # peers assumed cached at once under contacts (no fixed graph)
+
+def check_dataset_file(loaded: LoadedScenario, path: Path) -> None:
+    """The packaged-format WISDM file (.npz or .arff) a scenario names, and its users."""
+    from p2pfed.data.wisdm import load_arrays, select_users  # numpy/arff only when a file is named
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # skipped ARFF lines are reported when the run loads them
+        arrays, source = load_arrays(path)
+    select_users(arrays["user"], loaded.scenario.dataset.users, source)
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
-    devices: int
-    per_device_bytes: int
-    total_bytes: int
+def file_problems(loaded: LoadedScenario) -> list[str]:
+    """One 'scenario: field: problem' line per file that its reader refuses."""
+    sc, problems = loaded.scenario, []
+    known_devices = sc.dataset.name == "synthetic" or sc.dataset.path is None
 
-    def describe(self) -> str:
-        return (f"about {self.total_bytes / GIB:.1f} GiB for {self.devices} devices "
-                f"({self.per_device_bytes / MIB:.2f} MiB each)")
+    def check(field: str, read) -> None:
+        try:
+            read()
+        except (ValueError, OSError) as exc:  # every reader raises a ValueError naming the file
+            problems.append(f"{loaded.source}: {field}: {exc}")
 
-
-def estimate_memory(devices: int, data_bytes: int, model_bytes: int, message_bytes: int,
-                    degree: float) -> MemoryEstimate:
-    """``data_bytes``: all devices' arrays together; ``model_bytes``: one model's parameters;
-    ``message_bytes``: one encoded share; ``degree``: mean neighbours per device."""
-    per_device = (DEVICE_OVERHEAD_BYTES + 1.5 * data_bytes / max(devices, 1)
-                  + MODEL_COPIES * model_bytes + 2 * degree * message_bytes)
-    return MemoryEstimate(devices, int(per_device), int(BASE_BYTES + devices * per_device))
-
-
-def available_bytes() -> int | None:
-    """Memory this process may still use: ``MemAvailable`` (Linux), else physical memory."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def memory_problem(estimate: MemoryEstimate, limit_bytes: int | None, *, limit_field: str,
-                   devices_field: str) -> str | None:
-    """One 'field: problem' line if the run does not fit in ``limit_bytes``, else None."""
-    if limit_bytes is None or estimate.total_bytes <= limit_bytes:
-        return None
-    fit = max(int((limit_bytes - BASE_BYTES) / estimate.per_device_bytes), 0)
-    return (f"{devices_field}: the run needs {estimate.describe()}, more than the "
-            f"{limit_bytes / GIB:.1f} GiB available ({limit_field}); about {fit} devices fit: "
-            f"lower {devices_field}, or model.hidden / topology.degree (smaller messages, fewer "
-            f"neighbours)")
+    if sc.dataset.name == "wisdm" and sc.dataset.path is not None:
+        check("dataset.path", lambda: check_dataset_file(loaded, loaded.resolve(sc.dataset.path)))
+    if sc.topology.kind == "file" and sc.contacts.kind in ("none", "static"):
+        def topology() -> None:
+            path = loaded.resolve(sc.topology.file)
+            nodes = read_topology_file(path).number_of_nodes()
+            if known_devices and nodes != device_count(sc):
+                raise TopologyError(f"{path}: has {nodes} nodes but the scenario has "
+                                    f"{device_count(sc)} devices")
+        check("topology.file", topology)
+    if sc.contacts.kind == "trace":
+        def trace() -> None:
+            path = loaded.resolve(sc.contacts.file)
+            contacts = read_trace(path, sc.contacts.format, window_s=sc.contacts.window_s)
+            if not contacts:
+                raise ContactError(f"{path}: the trace holds no contacts")
+            if known_devices:
+                map_nodes(contacts, device_count(sc), sc.contacts.nodes,
+                          allow_mismatch=sc.contacts.allow_node_mismatch, source=str(path))
+        check("contacts.file", trace)
+    return problems
 
 
-def resolve_device(requested: str, source: str) -> str:
-    """The torch device a run trains on. Only the CPU path exists so far: ``auto`` is ``cpu``,
-    and ``cuda`` is refused up front (with the reason) rather than half-run."""
-    if requested in ("cpu", "auto"):
-        return "cpu"
-    import torch
-
-    why = ("no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)"
-           if not torch.cuda.is_available() else "the GPU training path is not built yet")
-    raise ScenarioError([f"{source}: engine.device: cuda requested but {why}; use cpu or auto"])
-
-
-def expected_degree(loaded: LoadedScenario, devices: int) -> float | None:
-    """Mean neighbours per device, known from the scenario without building the graph (a
-    complete graph over 10,000 devices alone would not fit); None when only the graph knows."""
-    sc, topo = loaded.scenario, loaded.scenario.topology
-    if sc.contacts.kind not in ("none", "static"):
-        return float(min(devices - 1, CONTACT_DEGREE))
-    return {"complete": devices - 1, "ring": min(devices - 1, 2), "small-world": min(devices - 1, topo.k),
-            "random-regular": min(devices - 1, topo.degree)}.get(topo.kind)
-
-
-def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Graph | None = None) -> MemoryEstimate:
-    """Raise a ScenarioError naming the field to change if the run would not fit in memory
-    (``graph``: the built graph, for topologies whose degree only it knows)."""
-    from p2pfed.device import full_model_bytes
-    from p2pfed.learning.model import build_model
-
-    sc = loaded.scenario
-    n = len(dataset.devices)
-    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=0)
-    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    data_bytes = sum(a.nbytes for d in dataset.devices for a in (d.x_train, d.y_train, d.x_test, d.y_test))
-    degree = expected_degree(loaded, n)
-    if degree is None:
-        degree = 2 * graph.number_of_edges() / max(n, 1) if graph is not None else float(n - 1)
-    estimate = estimate_memory(n, data_bytes, model_bytes, full_model_bytes(model), degree)
-    limit_field = "engine.max_memory_gib"
-    limit = (int(sc.engine.max_memory_gib * GIB) if sc.engine.max_memory_gib is not None else available_bytes())
-    if sc.engine.max_memory_gib is None:
-        limit_field = "MemAvailable at start; engine.max_memory_gib sets another limit"
-    devices_field = "dataset.synthetic.num_devices" if sc.dataset.name == "synthetic" else "dataset (fewer devices)"
-    problem = memory_problem(estimate, limit, limit_field=limit_field, devices_field=devices_field)
-    if problem is not None:
-        raise ScenarioError([f"{loaded.source}: {problem}"])
-    return estimate
+def preflight(loaded: LoadedScenario) -> None:
+    """Raise ScenarioError with every problem found, one line each; silent when all is well."""
+    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source)
+    if problems:
+        raise ScenarioError(problems)

@@ -21,7 +21,7 @@ from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
-from p2pfed.engine.preflight import check_memory, expected_degree, resolve_device
+from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
