@@ -14,6 +14,7 @@ from p2pfed.learning.clustering import (
     Clustering,
     ClusteringCache,
     choose_k_by_dbi,
+    choose_k_by_dbi_many,
     davies_bouldin,
     kmeans,
 )
@@ -224,6 +225,75 @@ def test_cache_hits_on_equal_content_and_misses_on_new() -> None:
     assert cache.misses == 4
 
 
+# ---------------------------------------------------------------------------- many at once
+
+
+def mixed_problems(count: int, dim: int, seed: int) -> list[np.ndarray]:
+    """Point sets of many sizes: planted blobs, noise, duplicated rows, float32, tiny/degenerate."""
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = [np.ones((1, dim)), rng.normal(size=(2, dim)), np.tile(rng.normal(size=dim), (5, 1))]
+    for i in range(count):
+        n = int(rng.integers(3, 23))
+        kind = i % 4
+        if kind == 0:
+            x = rng.normal(size=(n, dim))
+        elif kind == 1:
+            x = blobs(3, [n // 3, n // 3, n - 2 * (n // 3)], dim=dim, std=0.3, sep=3.0, seed=i)[0]
+        elif kind == 2:  # fewer distinct rows than the sweep would like
+            base = rng.normal(size=(max(2, n // 3), dim))
+            x = base[rng.integers(0, base.shape[0], size=n)]
+        else:
+            x = rng.normal(size=(n, dim)).astype(np.float32)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("dim", [43, 512])
+@pytest.mark.parametrize("params", [{}, {"k_max": 6, "n_init": 2, "seed": 3},
+                                    {"min_cluster_size": 2, "n_init": 1}])
+def test_many_equals_one_problem_at_a_time_exactly(dim: int, params: dict) -> None:
+    problems = mixed_problems(24 if dim == 43 else 12, dim, seed=dim)
+    many = choose_k_by_dbi_many(problems, **params)
+    assert len(many) == len(problems)
+    for points, got in zip(problems, many):
+        want = choose_k_by_dbi(points, **params)
+        assert (got.k, got.dbi, got.dbi_by_k) == (want.k, want.dbi, want.dbi_by_k)
+        np.testing.assert_array_equal(got.labels, want.labels)
+        assert not got.labels.flags.writeable
+
+
+def test_many_finds_planted_k_like_sklearn() -> None:
+    sets = [blobs(k, 18 // k, dim=64, seed=10 + k) for k in (2, 3, 4, 5)]
+    for (x, truth), res in zip(sets, choose_k_by_dbi_many([x for x, _ in sets])):
+        assert res.k == sklearn_sweep(x) == len(np.unique(truth))
+        assert adjusted_rand_score(truth, res.labels) == 1.0
+        assert res.dbi == pytest.approx(davies_bouldin_score(x, res.labels), rel=1e-9)
+
+
+def test_many_checks_its_input() -> None:
+    assert choose_k_by_dbi_many([]) == []
+    with pytest.raises(ValueError, match="columns"):
+        choose_k_by_dbi_many([np.random.default_rng(0).normal(size=(5, 3)),
+                              np.random.default_rng(1).normal(size=(6, 4))])
+    with pytest.raises(ValueError, match="empty"):
+        choose_k_by_dbi_many([np.empty((0, 3))])
+    with pytest.raises(ValueError, match="k_min"):
+        choose_k_by_dbi_many([np.ones((4, 2))], k_min=1)
+
+
+def test_cache_many_answers_seen_problems_and_computes_each_new_one_once() -> None:
+    cache = ClusteringCache()
+    a, b, c = mixed_problems(3, 8, seed=1)[3:]
+    first = cache.cluster(a, n_init=2)
+    out = cache.cluster_many([a, b, b.copy(), c], n_init=2)
+    assert out[0] is first and out[1] is out[2]
+    assert (cache.hits, cache.misses) == (2, 3)  # a from the cache, b's repeat; b and c computed
+    assert cache.cluster(c, n_init=2) is out[3]  # one store for both entry points
+    assert cache.cluster_many([c], n_init=1)[0] is not out[3]  # params are part of the key
+    for points, got in zip([a, b, c], [out[0], out[1], out[3]]):
+        assert got.k == choose_k_by_dbi(points, n_init=2).k
+
+
 # ---------------------------------------------------------------------------- speed
 
 
@@ -236,6 +306,17 @@ def test_sweep_is_much_faster_than_sklearn_reference() -> None:
     print(f"\nDBI sweep 36x512 K=2..35: ours {ours * 1e3:.1f} ms, sklearn {ref * 1e3:.1f} ms")
     assert time.process_time() - t0 < 30
     assert ours * 3 <= ref
+
+
+def test_batched_sweep_is_faster_than_one_problem_at_a_time() -> None:
+    # 43 features (the WISDM input space): ~6-9x measured (bench/clustering_many_bench.py)
+    rng = np.random.default_rng(5)
+    problems = [rng.normal(size=(int(rng.integers(5, 13)), 43)) for _ in range(120)]
+    choose_k_by_dbi_many(problems[:4])  # warm up
+    loop = min(_timed(lambda: [choose_k_by_dbi(p) for p in problems]) for _ in range(2))
+    batch = min(_timed(lambda: choose_k_by_dbi_many(problems)) for _ in range(2))
+    print(f"\n120 sweeps x 43 dims: one at a time {loop * 1e3:.0f} ms, batched {batch * 1e3:.0f} ms")
+    assert batch * 2 <= loop
 
 
 def test_blas_threads_restored_after_clustering() -> None:

@@ -300,14 +300,18 @@ class FedSub(Algorithm):
         model = self.ctx.model
         updates = []
         self.last_predicted = 0
-        for c in sorted(set(self.own.classes) | set(predicted.get(me, {}))):
-            # Alg. 3 then clustering: members with a real or a predicted prototype for c are
-            # clustered; only those with real data for c have a subnetwork to fuse.
-            members = sorted(m for m in view if c in held[m] or c in predicted.get(m, {}))
-            points = np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members])
-            clustering = self.clusterings.cluster(points, k_max=self.options.max_k,
-                                                  n_init=self.options.kmeans_n_init,
-                                                  min_cluster_size=self.options.min_cluster_size)
+        # Alg. 3 then clustering: members with a real or a predicted prototype for c are
+        # clustered; only those with real data for c have a subnetwork to fuse. Every class's
+        # K sweep runs in one batched call (equal to one call per class).
+        classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
+        members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
+        point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
+                      for c in classes]
+        clusterings = self.clusterings.cluster_many(point_sets, k_max=self.options.max_k,
+                                                    n_init=self.options.kmeans_n_init,
+                                                    min_cluster_size=self.options.min_cluster_size)
+        for c, clustering in zip(classes, clusterings, strict=True):
+            members = members_of[c]
             self.last_k[c] = clustering.k
             my_label = clustering.labels[members.index(me)]
             # A peer known only by its prototypes shapes the clusters but has no parameters to give.

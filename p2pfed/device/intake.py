@@ -35,7 +35,7 @@ import torch
 from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
 from p2pfed.device.wire import RELAY_KEY
 from p2pfed.results.recorder import Recorder
-from p2pfed.transport import CodecError, decode
+from p2pfed.transport import CodecError, Message, decode
 
 log = logging.getLogger("p2pfed.device")
 
@@ -89,17 +89,20 @@ class Intake:
         self.ignored: set[int] = set()
         self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
-    def take(self, data: bytes, *, link: int | None, now: float, round: int) -> Received | Held | None:
+    def take(self, data: bytes, *, link: int | None, now: float, round: int,
+             decoded: Message | None = None) -> Received | Held | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
-        current round (or evaluation interval), the one a drop is counted in. Returns the cached
-        item, ``Held`` for a later round's message (see ``hold_later_rounds``), None if dropped."""
+        current round (or evaluation interval), the one a drop is counted in. ``decoded``: ``data``
+        already decoded by the codec (a broadcast decoded once for all its receivers, read-only);
+        the other checks still run here. Returns the cached item, ``Held`` for a later round's
+        message (see ``hold_later_rounds``), None if dropped."""
         who = link
         try:
             if who is not None and who in self.ignored:
                 raise Refused("ignored", "")
             try:
-                msg = decode(data, max_bytes=self.rules.max_message_bytes)
+                msg = decoded if decoded is not None else decode(data, max_bytes=self.rules.max_message_bytes)
             except CodecError as exc:
                 raise Refused(f"codec:{exc.reason}", str(exc)) from None
             if who is None and self.is_neighbour is not None and self.is_neighbour(msg.sender):

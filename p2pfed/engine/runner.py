@@ -21,6 +21,7 @@ from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
+from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
@@ -51,10 +52,15 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     writes it every ``every`` rounds, and returns None if it stopped before the last round."""
     sc = loaded.scenario
     torch.set_num_threads(sc.engine.torch_threads)
+    resolve_device(sc.engine.device, loaded.source)
     wall_start = time.perf_counter()
     dataset = load_scenario_dataset(loaded)
     n = len(dataset.devices)
+    if expected_degree(loaded, n) is not None:
+        check_memory(loaded, dataset)   # before a graph that may itself not fit
     graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
+    if expected_degree(loaded, n) is None:
+        check_memory(loaded, dataset, graph)
     algorithms = build_algorithms(loaded, dataset)
     recorder = Recorder(n)
     plan = None

@@ -15,7 +15,7 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,6 +246,14 @@ def davies_bouldin(points: np.ndarray, labels: np.ndarray) -> float:
         return _dbi(x, inv.ravel(), uniq.size)
 
 
+def _lexicographic_order(x: np.ndarray) -> np.ndarray:
+    """Row order sorting ``x`` lexicographically (first column first), stable: the order of
+    ``np.lexsort(x.T[::-1])``, whose one pass per column cost ~0.6 ms at 512 columns. Python
+    compares lists element by element and stops at the first difference (usually the first)."""
+    rows = x.tolist()
+    return np.array(sorted(range(len(rows)), key=rows.__getitem__), dtype=np.intp)
+
+
 def _first_appearance(labels: np.ndarray) -> np.ndarray:
     """Renumber cluster ids in order of first appearance (makes equal partitions equal arrays)."""
     uniq, first = np.unique(labels, return_index=True)
@@ -284,47 +292,80 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
     different orders agree on the partition. Deterministic for a given ``seed``.
     """
+    _check_sweep_params(k_min, k_max, n_init)
+    prepared = _prepare_sweep(points, k_max)
+    if isinstance(prepared, Clustering):
+        return prepared
+    sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size)
+    with _single_threaded_blas():
+        for k in range(k_min, sweep.hi + 1):
+            lab, _ = _kmeans(sweep.xs, k, seed, n_init, 100, 1e-6)
+            sweep.offer(k, lab, lambda: _dbi(sweep.xs, lab, k))
+    return sweep.result()
+
+
+def _check_sweep_params(k_min: int, k_max: int | None, n_init: int) -> None:
     if k_min < 2:
         raise ValueError(f"k_min must be >= 2, got {k_min}")
     if k_max is not None and k_max < k_min:
         raise ValueError(f"k_max ({k_max}) must be >= k_min ({k_min})")
     if n_init < 1:
         raise ValueError(f"n_init must be >= 1, got {n_init}")
+
+
+def _prepare_sweep(points: np.ndarray, k_max: int | None
+                   ) -> Clustering | tuple[np.ndarray, np.ndarray, int]:
+    """The answer for sets too small or degenerate to sweep, else (canonical order, rows in that
+    order, the largest K to try); see :func:`choose_k_by_dbi` for the rule."""
     x = _as_points(points)
     n = x.shape[0]
     if n == 0:
         raise ValueError("cannot cluster an empty set of prototypes")
     if n <= 2:
         return _one_cluster(n)
-    order = np.lexsort(x.T[::-1])
+    order = _lexicographic_order(x)
     xs = x[order]
     n_distinct = 1 + int(np.count_nonzero((xs[1:] != xs[:-1]).any(axis=1)))
     if n_distinct == 1:
         return _one_cluster(n)
     hi = min(n - 1 if k_max is None else k_max, n - 1, n_distinct)
-    best: tuple[float, int, np.ndarray] | None = None           # over every K
-    best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
-    dbi_by_k: dict[int, float] = {}
-    with _single_threaded_blas():
-        for k in range(k_min, hi + 1):
-            lab, _ = _kmeans(xs, k, seed, n_init, 100, 1e-6)
-            sizes = np.bincount(lab)
-            if np.count_nonzero(sizes) < k:
-                continue
-            score = _dbi(xs, lab, k)
-            dbi_by_k[k] = score
-            if best is None or score < best[0]:
-                best = (score, k, lab)
-            if sizes[sizes > 0].min() >= min_cluster_size and (best_sized is None or score < best_sized[0]):
-                best_sized = (score, k, lab)
-    if best is None:
-        return _one_cluster(n)
-    best_dbi, best_k, best_labels = best_sized or best
-    labels = np.empty(n, dtype=np.intp)
-    labels[order] = best_labels
-    labels = _first_appearance(labels)
-    labels.setflags(write=False)
-    return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=dbi_by_k)
+    return order, xs, hi
+
+
+class _Sweep:
+    """The running choice of one K sweep: the minimum DBI over every K, and over the K with no
+    cluster below ``min_cluster_size``; the smallest K wins ties (K is offered in order)."""
+
+    def __init__(self, order: np.ndarray, xs: np.ndarray, hi: int, *, min_cluster_size: int) -> None:
+        self.order, self.xs, self.hi = order, xs, hi
+        self.min_cluster_size = min_cluster_size
+        self.best: tuple[float, int, np.ndarray] | None = None           # over every K
+        self.best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
+        self.dbi_by_k: dict[int, float] = {}
+
+    def offer(self, k: int, lab: np.ndarray, dbi: Callable[[], float]) -> None:
+        """Consider K's labels; ``dbi`` is called only if all K clusters are non-empty."""
+        sizes = np.bincount(lab)
+        if np.count_nonzero(sizes) < k:
+            return
+        score = dbi()
+        self.dbi_by_k[k] = score
+        if self.best is None or score < self.best[0]:
+            self.best = (score, k, lab)
+        if sizes[sizes > 0].min() >= self.min_cluster_size and (
+                self.best_sized is None or score < self.best_sized[0]):
+            self.best_sized = (score, k, lab)
+
+    def result(self) -> Clustering:
+        n = self.xs.shape[0]
+        if self.best is None:
+            return _one_cluster(n)
+        best_dbi, best_k, best_labels = self.best_sized or self.best
+        labels = np.empty(n, dtype=np.intp)
+        labels[self.order] = best_labels
+        labels = _first_appearance(labels)
+        labels.setflags(write=False)
+        return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=self.dbi_by_k)
 
 
 class ClusteringCache:
@@ -355,6 +396,35 @@ class ClusteringCache:
         digest = hashlib.blake2b(arr.tobytes(), digest_size=20).digest()
         return (arr.dtype.str, arr.shape, digest, tuple(sorted(params.items())))
 
+    def cluster_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
+        """:meth:`cluster` for each point set: cached contents are answered from the cache, the
+        others (each distinct content once) go to one :func:`choose_k_by_dbi_many` call."""
+        keys = [self._key(p, params) for p in point_sets]
+        found: dict[tuple[Any, ...], Clustering] = {}
+        todo: dict[tuple[Any, ...], np.ndarray] = {}
+        with self._lock:
+            for key, points in zip(keys, point_sets):
+                hit = found.get(key) or self._store.get(key)
+                if hit is not None:
+                    if key in self._store:
+                        self._store.move_to_end(key)
+                    found[key] = hit
+                    self.hits += 1
+                elif key in todo:
+                    self.hits += 1  # a repeat within this call: computed once
+                else:
+                    todo[key] = points
+        computed = choose_k_by_dbi_many(list(todo.values()), **params) if todo else []
+        with self._lock:
+            for key, result in zip(todo, computed):
+                self.misses += 1
+                found[key] = result
+                self._store[key] = result
+                self._store.move_to_end(key)
+            while len(self._store) > self.maxsize:
+                self._store.popitem(last=False)
+        return [found[key] for key in keys]
+
     def cluster(self, points: np.ndarray, **params: Any) -> Clustering:
         """Return the cached clustering for this exact content, computing it on a miss."""
         key = self._key(points, params)
@@ -372,3 +442,221 @@ class ClusteringCache:
             while len(self._store) > self.maxsize:
                 self._store.popitem(last=False)
         return result
+
+
+# --------------------------------------------------------------------------------------------
+# many problems at once
+
+
+def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
+                         k_max: int | None = None, seed: int = 0, n_init: int = 4,
+                         min_cluster_size: int = 1) -> list[Clustering]:
+    """:func:`choose_k_by_dbi` on every point set (same dimension, any sizes), in one batched
+    computation; element ``i`` of the result equals ``choose_k_by_dbi(point_sets[i], ...)``.
+
+    Problems are grouped by their number of rows n, and for each K every problem of a group
+    runs its K-means restarts and its DBI as one stacked computation. Problems are *not*
+    padded to a common n: numpy's pairwise sums and BLAS's blocking depend on the length
+    of what they reduce, so padding would change the last bits and, at near-ties, the chosen K.
+    Unpadded, each problem's arithmetic is the same sequence of operations on the same shapes as
+    the one-problem path (the random draws too: they depend only on ``seed``, n and K), so the
+    results are equal, not merely close. The cost that goes is the Python overhead per
+    (problem, K, iteration), which dominates at these sizes (tens of rows).
+    """
+    _check_sweep_params(k_min, k_max, n_init)
+    results: list[Clustering | None] = [None] * len(point_sets)
+    sweeps: dict[int, list[tuple[int, _Sweep]]] = {}
+    dim: int | None = None
+    for i, points in enumerate(point_sets):
+        prepared = _prepare_sweep(points, k_max)
+        if isinstance(prepared, Clustering):
+            results[i] = prepared
+            continue
+        sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size)
+        if dim is not None and sweep.xs.shape[1] != dim:
+            raise ValueError(f"point set {i} has {sweep.xs.shape[1]} columns, the others {dim}")
+        dim = sweep.xs.shape[1]
+        sweeps.setdefault(sweep.xs.shape[0], []).append((i, sweep))
+    with _single_threaded_blas():
+        for group in sweeps.values():
+            _sweep_group([s for _, s in group], k_min, seed, n_init)
+            for i, sweep in group:
+                results[i] = sweep.result()
+    return results  # type: ignore[return-value]
+
+
+@dataclass
+class _Stack:
+    """Problems with the same n, stacked: points (B, n, d) and what the one-problem path
+    precomputes per problem (|x|^2, pairwise squared distances, absolute tolerance)."""
+
+    x: np.ndarray
+    x_sq: np.ndarray
+    pair_sq: np.ndarray
+    tol_abs: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _Stack:
+        return _Stack(self.x[rows], self.x_sq[rows], self.pair_sq[rows], self.tol_abs[rows])
+
+
+def _stack(xs: list[np.ndarray], tol: float) -> _Stack:
+    # per problem, exactly as _kmeans computes them (one call each, not per K)
+    x_sq, pair_sq, tol_abs = [], [], []
+    for x in xs:
+        sq = np.einsum("nd,nd->n", x, x)
+        pair = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
+        np.fill_diagonal(pair, 0.0)
+        x_sq.append(sq)
+        pair_sq.append(pair)
+        tol_abs.append(tol * float(np.mean(np.var(x, axis=0))))
+    return _Stack(np.stack(xs), np.stack(x_sq), np.stack(pair_sq), np.array(tol_abs))
+
+
+def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> None:
+    """Offer every K to every sweep of one n, each K computed for all of them at once."""
+    stack = _stack([s.xs for s in sweeps], 1e-6)
+    his = np.array([s.hi for s in sweeps])
+    for k in range(k_min, int(his.max()) + 1):
+        rows = np.flatnonzero(his >= k)
+        part = stack if rows.size == len(sweeps) else stack.take(rows)
+        labels = _kmeans_stack(part, k, seed, n_init, 100)
+        nonempty = _counts(labels, k) > 0
+        full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
+        scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
+        for j, r in enumerate(rows):
+            sweeps[r].offer(k, labels[j], lambda j=j: scores[j])
+
+
+def _counts(labels: np.ndarray, k: int) -> np.ndarray:
+    """Cluster sizes (..., k) of labels (..., n)."""
+    flat = labels.reshape(-1, labels.shape[-1])
+    offs = (np.arange(flat.shape[0]) * k)[:, None]
+    counts = np.bincount((flat + offs).ravel(), minlength=flat.shape[0] * k)
+    return counts.reshape(*labels.shape[:-1], k)
+
+
+def _seeding_draws(seed: int, n: int, k: int, runs: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The random numbers :func:`_kmeanspp` draws for (seed, n, k): the first seeds and, for each
+    further centre, the candidates' uniforms. They depend on nothing else, so every problem of
+    one n shares them."""
+    rng = np.random.default_rng(seed)
+    first = rng.integers(n, size=runs)
+    trials = 2 + int(math.log(k))
+    return first, [rng.random((runs, trials)) for _ in range(1, k)]
+
+
+def _kmeanspp_stack(st: _Stack, k: int, seed: int, runs: int) -> np.ndarray:
+    """:func:`_kmeanspp` for B problems at once; chosen row indices (B, runs, k)."""
+    b_count, n = st.x_sq.shape
+    first, uniforms = _seeding_draws(seed, n, k, runs)
+    bi = np.arange(b_count)[:, None]
+    chosen = np.empty((b_count, runs, k), dtype=np.intp)
+    chosen[:, :, 0] = first[None, :]
+    closest = st.pair_sq[bi, chosen[:, :, 0]]  # (B, R, n)
+    rows = np.arange(runs)[None, :]
+    for c in range(1, k):
+        u = uniforms[c - 1]
+        cums = np.cumsum(closest, axis=2)
+        total = cums[:, :, -1:]
+        target = u[None] * total
+        cand = (cums[:, :, None, :] <= target[:, :, :, None]).sum(axis=3)
+        cand = np.where(total > 0.0, cand, np.floor(u * n).astype(np.intp)[None])
+        np.minimum(cand, n - 1, out=cand)
+        pot = np.minimum(closest[:, :, None, :], st.pair_sq[bi[:, :, None], cand])  # (B, R, T, n)
+        best = np.argmin(pot.sum(axis=3), axis=2)
+        chosen[:, :, c] = np.take_along_axis(cand, best[:, :, None], axis=2)[:, :, 0]
+        closest = pot[bi, rows, best]
+    return chosen
+
+
+def _sq_dists_stack(st: _Stack, centers: np.ndarray) -> np.ndarray:
+    """:func:`_sq_dists` per problem: (B, R, n, k)."""
+    b_count, runs, k, d = centers.shape
+    c_sq = np.einsum("rkd,rkd->rk", centers.reshape(-1, k, d),
+                     centers.reshape(-1, k, d)).reshape(b_count, runs, k)
+    # x_sq - 2 x.c + c_sq, evaluated in that order (as _sq_dists), in place
+    dist = np.matmul(st.x[:, None], centers.transpose(0, 1, 3, 2))
+    np.multiply(dist, 2.0, out=dist)
+    np.subtract(st.x_sq[:, None, :, None], dist, out=dist)
+    np.add(dist, c_sq[:, :, None, :], out=dist)
+    np.maximum(dist, 0.0, out=dist)
+    return dist
+
+
+def _means_stack(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_means` per problem: means (B, R, k, d) and sizes (B, R, k)."""
+    b_count, runs, n = labels.shape
+    onehot = np.zeros((b_count, runs, k, n))
+    onehot[np.arange(b_count)[:, None, None], np.arange(runs)[None, :, None], labels,
+           np.arange(n)[None, None, :]] = 1.0
+    counts = onehot.sum(axis=3)
+    sums = np.matmul(onehot, x[:, None])
+    return np.divide(sums, np.maximum(counts, 1.0)[..., None], out=sums), counts
+
+
+def _kmeans_stack(st: _Stack, k: int, seed: int, n_init: int, max_iter: int) -> np.ndarray:
+    """:func:`_kmeans` for B problems of one n; the best restart's labels (B, n).
+
+    Each problem stops iterating when it would alone (all its restarts done, none relocated):
+    its later iterations would differ from the one-problem path's, which stopped.
+    """
+    b_count, n = st.x_sq.shape
+    bi = np.arange(b_count)[:, None]
+    centers = st.x[bi[:, :, None], _kmeanspp_stack(st, k, seed, n_init)]  # (B, R, k, d)
+    labels = np.full((b_count, n_init, n), -1, dtype=np.intp)
+    live = np.arange(b_count)
+    for _ in range(max_iter):
+        sub = st if live.size == b_count else st.take(live)
+        cen, lab = centers[live], labels[live]
+        d = _sq_dists_stack(sub, cen)
+        new_labels = np.argmin(d, axis=3)
+        new_centers, counts = _means_stack(sub.x, new_labels, k)
+        relocated = np.zeros(live.size, dtype=bool)
+        for b, r in zip(*np.nonzero((counts == 0).any(axis=2))):
+            # as in _kmeans: re-seed each empty cluster at the point farthest from every centre
+            gap = d[b, r, np.arange(n), new_labels[b, r]].copy()
+            for e in np.nonzero(counts[b, r] == 0)[0]:
+                p = int(np.argmax(gap))
+                if gap[p] <= 0.0:
+                    break
+                new_centers[b, r, e] = sub.x[b, p]
+                np.minimum(gap, sub.pair_sq[b, p], out=gap)
+                relocated[b] = True
+        diff = np.subtract(new_centers, cen, out=cen)  # cen is a copy: reuse its memory
+        shift = np.square(diff, out=diff).sum(axis=(2, 3))
+        done = np.all((new_labels == lab).all(axis=2) | (shift <= sub.tol_abs[:, None]), axis=1)
+        labels[live], centers[live] = new_labels, new_centers
+        live = live[~(done & ~relocated)]
+        if live.size == 0:
+            break
+    d = _sq_dists_stack(st, centers)
+    labels = np.argmin(d, axis=3)
+    centers, counts = _means_stack(st.x, labels, k)
+    b_count, runs = counts.shape[:2]
+    c_sq = np.einsum("rkd,rkd->rk", centers.reshape(-1, k, centers.shape[3]),
+                     centers.reshape(-1, k, centers.shape[3])).reshape(b_count, runs, k)
+    inertia = st.x_sq.sum(axis=1)[:, None] - (counts * c_sq).sum(axis=2)
+    best = np.argmin(inertia, axis=1)
+    return labels[np.arange(b_count), best]
+
+
+def _dbi_stack(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """:func:`_dbi` per problem for points (B, n, d) and labels (B, n) using all of 0..k-1."""
+    b_count, n, d = x.shape
+    if b_count == 0:
+        return np.empty(0)
+    onehot = np.zeros((b_count, k, n))
+    onehot[np.arange(b_count)[:, None], labels, np.arange(n)[None, :]] = 1.0
+    counts = onehot.sum(axis=2)
+    centroids = np.matmul(onehot, x) / counts[:, :, None]
+    gathered = np.take_along_axis(centroids, labels[:, :, None], axis=1)
+    dist = np.sqrt(((x - gathered) ** 2).sum(axis=2))
+    intra = np.matmul(onehot, dist[:, :, None])[:, :, 0] / counts
+    c_sq = np.einsum("kd,kd->k", centroids.reshape(-1, d), centroids.reshape(-1, d)).reshape(b_count, k)
+    cdist = c_sq[:, :, None] + c_sq[:, None, :] - 2.0 * np.matmul(centroids, centroids.transpose(0, 2, 1))
+    cdist = np.sqrt(np.maximum(cdist, 0.0))
+    cdist[:, np.arange(k), np.arange(k)] = 0.0
+    degenerate = (np.isclose(intra, 0.0).all(axis=1)) | (np.isclose(cdist, 0.0).all(axis=(1, 2)))
+    cdist[cdist == 0] = np.inf
+    scores = np.max((intra[:, :, None] + intra[:, None, :]) / cdist, axis=2)
+    return np.where(degenerate, 0.0, scores.mean(axis=1))

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import f1_score
 from torch import nn
+
+from p2pfed.learning.metrics import macro_f1_accuracy
 
 # An optional extra term added to the cross-entropy (FedProx, Ditto, prototype regularisers).
 # It receives the model, the batch inputs, the batch labels and the logits.
@@ -73,16 +74,16 @@ def train_epochs(
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
-    """Macro-F1 (over the classes in the labels and predictions), mean loss and accuracy."""
+    """Macro-F1 (over the classes in the labels and predictions, as scikit-learn's
+    ``f1_score(average="macro", zero_division=0)``), mean loss and accuracy."""
     if x.shape[0] == 0:
         return Evaluation(float("nan"), float("nan"), float("nan"))
     model.eval()
     logits = model(x)
     loss = float(F.cross_entropy(logits, y))
     pred = logits.argmax(dim=1)
-    y_np, p_np = y.numpy(), pred.numpy()
-    f1 = float(f1_score(y_np, p_np, average="macro", zero_division=0))
-    return Evaluation(f1_macro=f1, loss=loss, accuracy=float((y_np == p_np).mean()))
+    f1, accuracy = macro_f1_accuracy(y, pred)
+    return Evaluation(f1_macro=f1, loss=loss, accuracy=accuracy)
 
 
 @torch.no_grad()

@@ -141,6 +141,8 @@ class EngineSection(Section):
     participation: float = Field(1.0, gt=0, le=1)
     max_message_bytes: int = Field(64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    max_memory_gib: float | None = Field(None, gt=0)
 
 
 class DynamicSection(Section):

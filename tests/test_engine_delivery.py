@@ -1,0 +1,68 @@
+"""The simulator's last hop: a broadcast is decoded once and its receivers share that copy,
+while each receiver still runs its own checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from p2pfed.algorithms import Payload
+from p2pfed.device import IntakeRules
+from p2pfed.device.wire import encode_share
+from p2pfed.engine.delivery import Delivery
+from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.loader import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+MAX = 1 << 20
+
+
+def gossip_devices(n: int = 4):
+    loaded = load_scenario(SCENARIOS / "synthetic-small.yaml",
+                           ["algorithm.name=gossip-avg", f"dataset.synthetic.num_devices={n}"])
+    algorithms = build_algorithms(loaded, load_scenario_dataset(loaded))
+    recorder = Recorder(n)
+    return algorithms, recorder, Delivery(algorithms, recorder, IntakeRules(MAX, rounds=5, num_devices=n))
+
+
+def test_a_broadcast_is_decoded_once_and_its_receivers_share_one_read_only_copy():
+    algorithms, recorder, delivery = gossip_devices()
+    payload = algorithms[0].share(0)
+    data = encode_share(algorithms[0].message_kind, 0, 0, 0.0, payload, MAX)
+    items = [delivery.deliver(0, dst, data, 1.0, 0) for dst in (1, 2, 3)]
+    assert all(item is not None for item in items)
+    assert (delivery.decoder.decoded, delivery.decoder.shared) == (1, 2)
+    name = next(iter(items[0].payload.tensors))
+    arrays = [item.payload.tensors[name] for item in items]
+    assert all(np.shares_memory(arrays[0], a) for a in arrays[1:])
+    assert not arrays[0].flags.writeable
+    np.testing.assert_array_equal(arrays[0], payload.tensors[name])
+    assert recorder.messages_dropped == 0
+    # A second broadcast (a new buffer, even with the same bytes) is decoded again.
+    again = bytes(bytearray(data))
+    assert delivery.deliver(0, 1, again, 2.0, 0) is not None
+    assert delivery.decoder.decoded == 2
+    delivery.close()
+
+
+def test_every_receiver_still_checks_a_shared_message_against_its_own_model():
+    algorithms, recorder, delivery = gossip_devices()
+    good = algorithms[0].share(0)
+    wrong = {k: np.zeros((v.shape[0] + 1, *v.shape[1:]), dtype=v.dtype) if v.ndim else v
+             for k, v in good.tensors.items()}
+    data = encode_share(algorithms[0].message_kind, 0, 0, 0.0, Payload(good.meta, wrong), MAX)
+    assert all(delivery.deliver(0, dst, data, 1.0, 0) is None for dst in (1, 2, 3))
+    assert delivery.decoder.decoded == 1                    # decoded once ...
+    assert recorder.drop_reasons["artifact"] == 3           # ... refused by each receiver
+    delivery.close()
+
+
+def test_a_message_that_does_not_decode_is_refused_by_each_receiver():
+    _, recorder, delivery = gossip_devices()
+    for dst in (1, 2):
+        assert delivery.deliver(0, dst, b"P2PF-not-a-message", 1.0, 0) is None
+    assert delivery.decoder.decoded == 0
+    assert sum(v for k, v in recorder.drop_reasons.items() if k.startswith("codec:")) == 2
+    delivery.close()
