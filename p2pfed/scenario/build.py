@@ -58,7 +58,8 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),
                         torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
-                        shared=shared if shared is not None else {})
+                        shared=shared if shared is not None else {},
+                        hide_test_classes=sc.dynamic.test_classes == "visible")
     cls = algorithm_class(sc.algorithm.name)
     return cls(ctx, algorithm_options(loaded))
 
