@@ -92,3 +92,16 @@ def test_test_classes_all_keeps_the_test_set_complete():
         assert test == set(np.unique(dataset.devices[i].y_test).tolist())
     device = next(iter(sched.removed))
     assert seen[device, 0][0] < seen[device, 0][1]    # hidden from training, not from the test
+
+
+@pytest.mark.parametrize("when", ["after-fusion", "after-training"])
+def test_a_real_peer_evaluates_when_its_scenario_says(tmp_path, when):
+    from p2pfed.peer.config import load_peer_config
+    from p2pfed.peer.runtime import Peer
+    from tests.peer_support import write_peer_files
+    path = write_peer_files(tmp_path, n=2, secure=False, overrides=[f"evaluation.when={when}"])[0]
+    peer = Peer(load_peer_config(path, insecure=True), insecure=True)
+    try:
+        assert peer.loop.evaluate_when == when
+    finally:
+        peer.close()
