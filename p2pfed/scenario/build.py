@@ -34,7 +34,7 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
         try:
             return load_dataset(ds.name, **common, scaling=ds.scaling, partition_spec=spec, **own)
         except DataError as exc:
-            raise ScenarioError(exc.problems) from None
+            raise ScenarioError([f"{loaded.source}: dataset.path: {p}" for p in exc.problems]) from None
         except PartitionError as exc:
             raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
     if ds.name == "wisdm":

@@ -84,7 +84,7 @@ class DatasetSection(Section):
             raise ValueError(f"dataset.partition.kind: only 'natural' for dataset {self.name!r} "
                              f"(partitioners split 'digits' or 'files')")
         if self.device_column == self.label_column:
-            raise ValueError("dataset.device_column and dataset.label_column must differ")
+            raise ValueError("dataset.label_column must differ from dataset.device_column")
         if self.class_names is not None and len(set(self.class_names)) != len(self.class_names):
             raise ValueError("dataset.class_names must not repeat a name")
         return self
