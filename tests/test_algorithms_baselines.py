@@ -227,6 +227,9 @@ def test_fedhome_fine_tunes_on_a_balanced_set_in_the_final_rounds(repo_root):
     majority = int((dev.y_train == 0).sum())
     assert counts == [majority] * 3
     assert algo.stats()["smote_added_samples"] == 3 * majority - len(keep)
+    # The reference (balance: representation): SMOTE on the frozen body's features, head trained.
+    with torch.no_grad():
+        assert torch.allclose(algo.balanced[0][:len(keep)], algo.ctx.model.features(algo.ctx.x_train))
 
 
 def test_fedclar_clusters_devices_with_planted_identical_data(repo_root):

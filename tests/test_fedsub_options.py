@@ -203,7 +203,7 @@ def test_dynamic_scenario_trains_on_the_scheduled_classes_and_tests_on_all(repo_
     from p2pfed.scenario.build import build_class_schedule
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                            [*SMALL, "rounds=7", "algorithm.name=local", "dynamic.devices_fraction=0.5",
-                            "dynamic.return_every=2"])
+                            "dynamic.return_every=2", "dynamic.test_classes=all"])
     dataset = load_scenario_dataset(loaded)
     algos = build_algorithms(loaded, dataset)
     sched = build_class_schedule(loaded, dataset)

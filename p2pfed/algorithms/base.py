@@ -5,9 +5,9 @@ It sees its local data, its model, the payloads peers sent it (with sender and a
 time the runtime tells it. One device loop (``p2pfed.device``) drives every runtime in the same
 order each time a device acts — FedSub Alg. 1:
 
-    fuse (if new payloads arrived)  →  train  →  evaluate (when due)  →  share
+    fuse (if new payloads arrived)  →  evaluate (when due)  →  train  →  share
 
-and takes every incoming message in through one intake that ends in ``receive``. A method keeps
+(``evaluation.when: after-training`` evaluates after ``train`` instead), and takes every incoming message in through one intake that ends in ``receive``. A method keeps
 everything it needs between rounds behind ``state_dict`` / ``load_state_dict``, so checkpoints
 restore it exactly. A new method is one file with one subclass registered by name.
 """
@@ -61,14 +61,18 @@ class DeviceContext:
     model_seed: int = 0
     # evaluation.generalization: the other devices' pooled test data (features, labels), or None.
     generalization_data: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Dynamic data: hidden classes leave the test set too, and come back to both sets together
+    # (FedSub ubiquitous Sec. 4.4); False keeps every class in the test set throughout.
+    hide_test_classes: bool = True
 
     def __post_init__(self) -> None:
         self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
         self._y_all = torch.as_tensor(self.device.y_train, dtype=torch.int64)
         self.x_train, self.y_train = self._x_all, self._y_all
         self.visible_classes: frozenset[int] | None = None  # None: all training data
-        self.x_test = torch.as_tensor(self.device.x_test, dtype=torch.float32)
-        self.y_test = torch.as_tensor(self.device.y_test, dtype=torch.int64)
+        self._x_test_all = torch.as_tensor(self.device.x_test, dtype=torch.float32)
+        self._y_test_all = torch.as_tensor(self.device.y_test, dtype=torch.int64)
+        self.x_test, self.y_test = self._x_test_all, self._y_test_all
 
     @property
     def device_id(self) -> int:
@@ -91,19 +95,25 @@ class DeviceContext:
             self.x_test, self.y_test = saved
 
     def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
-        """Restrict the training data to ``classes`` (None: all of it), for data that appears
-        over time; test data stays complete. Called by the runtime at the start of a round, so
-        everything computed from the training data afterwards (training, prototypes, subnetworks,
-        scores) sees the new data. Returns whether the data changed."""
+        """Restrict the training data — and, with ``hide_test_classes``, the test data — to
+        ``classes`` (None: all of it), for data that appears over time. Called by the runtime at
+        the start of a round, so everything computed from the data afterwards (training,
+        prototypes, subnetworks, scores, evaluations) sees the new data. Returns whether the data
+        changed. Methods must read the data here, never ``device.x_train`` (all of it)."""
         classes = None if classes is None else frozenset(int(c) for c in classes)
         if classes == self.visible_classes:
             return False
         self.visible_classes = classes
         if classes is None:
             self.x_train, self.y_train = self._x_all, self._y_all
-        else:
-            keep = torch.isin(self._y_all, torch.as_tensor(sorted(classes), dtype=torch.int64))
-            self.x_train, self.y_train = self._x_all[keep], self._y_all[keep]
+            self.x_test, self.y_test = self._x_test_all, self._y_test_all
+            return True
+        wanted = torch.as_tensor(sorted(classes), dtype=torch.int64)
+        keep = torch.isin(self._y_all, wanted)
+        self.x_train, self.y_train = self._x_all[keep], self._y_all[keep]
+        if self.hide_test_classes:
+            keep = torch.isin(self._y_test_all, wanted)
+            self.x_test, self.y_test = self._x_test_all[keep], self._y_test_all[keep]
         return True
 
 

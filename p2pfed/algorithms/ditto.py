@@ -46,6 +46,13 @@ class Ditto(GossipAvg):
     def evaluate(self) -> Evaluation:
         return evaluate(self.personal, self.ctx.x_test, self.ctx.y_test)
 
+    def stats(self) -> dict:
+        """L2 distance between the personal model (evaluated) and the global one (shared): 0
+        would mean Ditto evaluates what gossip averaging would."""
+        sq = sum(float(((p.detach() - q.detach()) ** 2).sum())
+                 for p, q in zip(self.personal.parameters(), self.ctx.model.parameters(), strict=True))
+        return {**super().stats(), "personal_global_l2": sq ** 0.5}
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "personal": model_state(self.personal)}
 

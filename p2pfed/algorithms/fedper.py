@@ -7,11 +7,15 @@ the neighbourhood as in ``gossip-avg``; only they are sent, so fusion cannot tou
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 from pydantic import Field
 
 from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.learning.model import MLP
+from p2pfed.learning.regularisers import snapshot
 
 
 class FedPerOptions(Options):
@@ -40,9 +44,29 @@ class FedPer(GossipAvg):
     def __init__(self, ctx: DeviceContext, options: FedPerOptions) -> None:
         super().__init__(ctx, options)
         self.body, self.head = split_body_head(ctx.model, options.head_layers)
+        self.fusions_moved = {"body": 0, "head": 0}   # fusions that changed the body / the head
 
     def shared_names(self) -> list[str]:
         return self.body
+
+    def fuse(self, round: int, now: float) -> None:
+        before = snapshot(self.ctx.model)
+        super().fuse(round, now)
+        moved = {n for n, p in self.ctx.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+        for part, names in (("body", self.body), ("head", self.head)):
+            self.fusions_moved[part] += bool(moved.intersection(names))
+
+    def stats(self) -> dict:
+        """Fusions that changed the shared body, and the local head (0: it stays on the device)."""
+        return {**super().stats(), "fusions_changing_body": self.fusions_moved["body"],
+                "fusions_changing_head": self.fusions_moved["head"]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "fusions_moved": dict(self.fusions_moved)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.fusions_moved = {k: int(v) for k, v in state["fusions_moved"].items()}
 
     @classmethod
     def scenario_problems(cls, options: FedPerOptions, *, rounds: int, layers: int) -> list[str]:

@@ -7,9 +7,16 @@ classifier on the global representation, then the representation guided by the g
 prototypes. It is therefore not an alias of ``fedproto``, which shares no weights: here the
 body is averaged with the neighbours (``fedrep``'s split and head-then-body schedule) and the
 body phase adds ``proto_weight``·MSE(f(x), averaged prototype of y).
+
+The defaults are those of the reference implementation the FedSub papers ran (ProtoHAR's
+framework, ``main.py``: ``--plocal_steps 1`` head epoch, ``--lamda 0.1`` prototype weight).
+Before issue 14 they were ``head_epochs: 10`` and ``proto_weight: 1.0``; set those to run that
+variant.
 """
 
 from __future__ import annotations
+
+from pydantic import Field
 
 from p2pfed.algorithms.base import Payload, register
 from p2pfed.algorithms.fedrep import FedRep, FedRepOptions
@@ -18,7 +25,8 @@ from p2pfed.learning.training import ExtraLoss
 
 
 class ProtoHAROptions(FedRepOptions, PrototypeOptions):
-    pass
+    head_epochs: int = Field(1, ge=1, description="epochs on the head before the body (reference plocal_steps)")
+    proto_weight: float = Field(0.1, ge=0, description="weight of the prototype pull (reference lamda)")
 
 
 @register

@@ -34,6 +34,7 @@ class PrototypeSharing(Algorithm):
     options: Any  # a PrototypeOptions subclass
     averaged: tuple[torch.Tensor, torch.Tensor] | None = None  # (prototypes, known)
     own_prototypes: Entry | None = None
+    prototype_pulls = 0   # trainings that included the prototype term
 
     def prototype_parts(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """This device's prototypes as payload meta and tensors (computed from the current model)."""
@@ -71,17 +72,32 @@ class PrototypeSharing(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         own = None if self.own_prototypes is None else [array_state(a) for a in self.own_prototypes]
         averaged = None if self.averaged is None else [t.clone() for t in self.averaged]
-        return {**super().state_dict(), "own_prototypes": own, "averaged_prototypes": averaged}
+        return {**super().state_dict(), "own_prototypes": own, "averaged_prototypes": averaged,
+                "prototype_pulls": self.prototype_pulls}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         own, averaged = state["own_prototypes"], state["averaged_prototypes"]
         self.own_prototypes = None if own is None else tuple(array_from_state(t) for t in own)
         self.averaged = None if averaged is None else (averaged[0].clone(), averaged[1].clone())
+        self.prototype_pulls = int(state["prototype_pulls"])
 
     def prototype_term(self) -> ExtraLoss | None:
-        """The pull toward the averaged prototypes, once there are any."""
-        if self.averaged is None:
+        """The pull toward the averaged prototypes for one training, once there are any (counted)."""
+        if self.averaged is None or self.options.proto_weight == 0:
             return None
+        self.prototype_pulls += 1
         protos, known = self.averaged
         return prototype_loss(protos, known, self.options.proto_weight)
+
+    def stats(self) -> dict:
+        """Trainings pulled toward averaged prototypes, and the classes those cover (of which
+        some from peers only: the collaboration a device gets)."""
+        out = {**super().stats(), "prototype_pulls": self.prototype_pulls}
+        if self.averaged is not None:
+            known = self.averaged[1]
+            own = set() if self.own_prototypes is None else {int(c) for c in self.own_prototypes[0]}
+            out["averaged_prototype_classes"] = int(known.sum())
+            out["peer_only_prototype_classes"] = int(sum(1 for c in range(len(known))
+                                                         if bool(known[c]) and c not in own))
+        return out

@@ -2,8 +2,9 @@
 
 A random fraction of the devices lose a random number of their classes (up to a fraction of
 them, always keeping one) before round 0; every ``return_every`` rounds each of them gets one
-hidden class back, in a random order drawn up front. Only training data is hidden: test data
-stays complete, so the drop in F1 and its recovery are visible in the evaluations.
+hidden class back, in a random order drawn up front. As in the FedSub papers (ubiquitous Sec.
+4.4), a hidden class is out of the device's test set too and returns to both sets together
+(``dynamic.test_classes: all`` keeps the test set complete instead; ``DeviceContext``).
 """
 
 from __future__ import annotations

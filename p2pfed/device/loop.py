@@ -1,7 +1,9 @@
 """What one device does each time it acts — the same in every runtime.
 
 FedSub Alg. 1, client side, with the server's part on the device: integrate what arrived, train
-on the result, evaluate the model the device now holds, share. The runtime decides *when* a
+on the result, share; the model is evaluated right after the fusion (``after-fusion``, the
+protocol of the framework the FedSub papers ran in: ProtoHAR's evaluates as soon as the fused
+model arrives) or after local training (``after-training``). The runtime decides *when* a
 device acts (a synchronous round, a tick of the device's own clock, a wall-clock round) and
 carries the encoded messages that ``act`` returns over its links; this class decides *what*
 happens, in which order, and what the Recorder hears of it.
@@ -17,6 +19,8 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.device.wire import encode_share
 from p2pfed.learning.training import Evaluation
 from p2pfed.results.recorder import Recorder
+
+EVALUATE_WHEN = ("after-fusion", "after-training")
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,17 @@ class DeviceLoop:
                  clock: Callable[[], float], max_message_bytes: int,
                  neighbours: Callable[[], list[int]] | None = None,
                  visible_classes: Callable[[int], frozenset[int] | None] | None = None,
-                 max_age_s: float | None = None, split_parts: bool = False) -> None:
+                 max_age_s: float | None = None, split_parts: bool = False,
+                 evaluate_when: str = "after-fusion") -> None:
         """``clock``: the runtime's time (simulated seconds, or wall-clock seconds);
         ``neighbours``: the devices this one can reach now, as the runtime sees them (offered to
         the method as ``ctx.neighbours()``);
         ``visible_classes``: the training classes a device has in a round (dynamic data);
         ``max_age_s``: the TTL of cached artifacts; ``split_parts``: share in separately useful
-        parts (prototypes before subnetworks) for links that may end mid-transfer."""
+        parts (prototypes before subnetworks) for links that may end mid-transfer;
+        ``evaluate_when``: where in ``act`` a due evaluation happens (``EVALUATE_WHEN``)."""
+        if evaluate_when not in EVALUATE_WHEN:
+            raise ValueError(f"evaluation.when: {evaluate_when!r}; choose one of {', '.join(EVALUATE_WHEN)}")
         self.device = device
         self.clock = clock
         self.algorithm = algorithm
@@ -51,14 +59,16 @@ class DeviceLoop:
         self.visible_classes = visible_classes
         self.max_age_s = max_age_s
         self.split_parts = split_parts
+        self.evaluate_when = evaluate_when
         if neighbours is not None:
             algorithm.ctx.neighbours = neighbours
         self.actions = 0    # times the device acted (trained and shared)
         self.fusions = 0    # fusions that used at least one new artifact
 
     def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
-        """One step of the device: fuse → train → evaluate → share. A device that does not take
-        part this round (``train`` False) still fuses and evaluates, but neither trains nor shares."""
+        """One step of the device: fuse → train → share, with the evaluation (if due) after the
+        fusion or after the training. A device that does not take part this round (``train``
+        False) still fuses and evaluates, but neither trains nor shares."""
         algo, now = self.algorithm, self.clock()
         if self.visible_classes is not None:
             algo.ctx.set_visible_classes(self.visible_classes(round))
@@ -68,9 +78,11 @@ class DeviceLoop:
             if used:
                 self.fusions += 1
                 self.recorder.fused(r.age(now) for r in used)
+        if evaluate and self.evaluate_when == "after-fusion":
+            self.evaluate(round)
         if train:
             algo.train(round)
-        if evaluate:
+        if evaluate and self.evaluate_when == "after-training":
             self.evaluate(round)
         if not train:
             return []

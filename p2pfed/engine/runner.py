@@ -91,7 +91,8 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
     n = len(algorithms)
     class_schedule = build_class_schedule(loaded, dataset)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
-                             participation=sc.engine.participation, eval_every=sc.evaluation.every)
+                             participation=sc.engine.participation, eval_every=sc.evaluation.every,
+                             eval_when=sc.evaluation.when)
     bar = tqdm(total=sc.rounds, desc=f"{sc.algorithm.name}", unit="round", disable=not progress,
                leave=False)
 

@@ -40,6 +40,7 @@ class RoundSchedule:
     round_period_s: float
     participation: float = 1.0   # fraction of devices that train and share in a round
     eval_every: int = 1
+    eval_when: str = "after-fusion"   # where in a device's round it is evaluated (evaluation.when)
 
     def evaluates(self, r: int) -> bool:
         return (r + 1) % self.eval_every == 0 or r == self.rounds - 1
@@ -75,7 +76,7 @@ class Simulation:
         n = len(algorithms)
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
-                                 neighbours=self.neighbours[i].copy,
+                                 neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
                                  visible_classes=None if class_schedule is None
                                  else (lambda r, i=i: class_schedule.visible(i, r)))
                       for i, algo in enumerate(algorithms)]

@@ -87,7 +87,8 @@ class Peer:
         self.loop = DeviceLoop(cfg.id, self.algo, self.recorder, clock=time.time,
                                max_message_bytes=sc.engine.max_message_bytes,
                                neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
-                               visible_classes=self.visible_classes)
+                               visible_classes=self.visible_classes,
+                               evaluate_when=sc.evaluation.when)
         self.intake = Intake(cfg.id, self.algo, self.recorder,
                              IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                          max_bad_messages=cfg.max_bad_messages, contain_errors=True,

@@ -63,7 +63,8 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
                         rng=stream(sc.seed, "device", device_id),
                         torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
                         shared=shared if shared is not None else {},
-                        model_seed=int_seed(sc.seed, "model-init"))
+                        model_seed=int_seed(sc.seed, "model-init"),
+                        hide_test_classes=sc.dynamic.test_classes == "visible")
     if sc.evaluation.generalization:
         pool = pooled_test if pooled_test is not None else pooled_test_data(dataset)
         ctx.generalization_data = lambda: pool.others(device_id)

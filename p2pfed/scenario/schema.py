@@ -151,12 +151,17 @@ class DynamicSection(Section):
     devices_fraction: float = Field(0.0, ge=0, le=1)
     max_removed_fraction: float = Field(0.8, ge=0, lt=1)
     return_every: int = Field(50, ge=1)
+    # "visible": a hidden class is out of the test set too and returns to both (the papers);
+    # "all": every class stays in the test set throughout.
+    test_classes: Literal["visible", "all"] = "visible"
 
 
 class EvaluationSection(Section):
     every: int = Field(1, ge=1)
     every_s: float | None = Field(None, gt=0)
     generalization: bool = False   # also score each device on the other devices' pooled test data
+    # Round runtimes: evaluate right after the fusion (the FedSub papers' protocol) or after training.
+    when: Literal["after-fusion", "after-training"] = "after-fusion"
 
 
 class ContactsSection(Section):
