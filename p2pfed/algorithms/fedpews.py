@@ -48,13 +48,13 @@ PHASES = ("warmup", "full")
 
 
 class FedPeWSFixedOptions(Options):
-    warmup_rounds: int | None = Field(None, ge=0, description="W, rounds of the warmup; default a quarter of the rounds")
+    warmup_rounds: int | None = Field(None, ge=0, description="W, warmup rounds; default a quarter of the rounds")
     groups: int = Field(2, ge=1, description="predefined subnetworks; device i gets number i mod groups")
     shared_fraction: float = Field(0.1, ge=0, lt=1, description="units every subnetwork keeps")
 
 
 class FedPeWSOptions(Options):
-    warmup_rounds: int | None = Field(None, ge=0, description="W, rounds of the warmup; default a quarter of the rounds")
+    warmup_rounds: int | None = Field(None, ge=0, description="W, warmup rounds; default a quarter of the rounds")
     lam: float = Field(0.01, description="λ of L_s; > 0 pushes σ(s) away from the neighbours' (poster's sign)")
     score_lr: float = Field(1.0, gt=0, description="η_s, learning rate of the scores")
     init_prob: float = Field(0.5, gt=0, lt=1, description="σ(s) every unit starts from")
@@ -117,7 +117,6 @@ class FedPeWSFixed(Algorithm):
     name = "fedpews-fixed"
     message_kind = "fedpews/subnetwork"
     Options = FedPeWSFixedOptions
-    learned = False
 
     def __init__(self, ctx: DeviceContext, options: Options) -> None:
         super().__init__(ctx, options)
@@ -177,7 +176,8 @@ class FedPeWSFixed(Algorithm):
             raise ArtifactError(f"meta 'phase' must be one of {', '.join(PHASES)}, got {phase!r}")
         model = self.ctx.model
         if phase == "full":
-            values = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in model_tensors(model, payload).items()}
+            values = {k: torch.from_numpy(np.array(v, dtype=np.float32))
+                      for k, v in model_tensors(model, payload).items()}
             return _Share(values, {k: torch.ones_like(v, dtype=torch.bool) for k, v in values.items()},
                           None, None, weight)
         units, values = decode_subnetwork(model, payload)
@@ -262,7 +262,6 @@ class FedPeWS(FedPeWSFixed):
     name = "fedpews"
     message_kind = "fedpews/subnetwork"
     Options = FedPeWSOptions
-    learned = True
 
     def __init__(self, ctx: DeviceContext, options: FedPeWSOptions) -> None:
         super().__init__(ctx, options)
