@@ -36,7 +36,7 @@ import torch
 from pydantic import Field
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, Options, Payload,
-                                    expect_array, register)
+                                    Received, expect_array, register)
 from p2pfed.algorithms.model_payload import model_payload, model_tensors, sample_count
 from p2pfed.learning.fusion import cluster_average
 from p2pfed.learning.model import MLP
@@ -56,7 +56,7 @@ class FedPeWSFixedOptions(Options):
 class FedPeWSOptions(Options):
     warmup_rounds: int | None = Field(None, ge=0, description="W, warmup rounds; default a quarter of the rounds")
     lam: float = Field(0.01, description="λ of L_s; > 0 pushes σ(s) away from the neighbours' (poster's sign)")
-    score_lr: float = Field(1.0, gt=0, description="η_s, learning rate of the scores")
+    score_lr: float = Field(100.0, gt=0, description="η_s, learning rate of the scores")
     init_prob: float = Field(0.5, gt=0, lt=1, description="σ(s) every unit starts from")
 
 
@@ -127,6 +127,7 @@ class FedPeWSFixed(Algorithm):
         self.warmup_rounds_done = 0
         self.phase_switches = 0
         self.last_overlap: float | None = None   # mean Jaccard with the neighbours at the last warmup fusion
+        self.parsed: dict[int, _Share] = {}      # the cached shares decoded, under the cache's keys
 
     # -- the subnetwork of a round -------------------------------------------------------------
     def round_units(self) -> UnitMasks:
@@ -192,10 +193,18 @@ class FedPeWSFixed(Algorithm):
     def check_payload(self, payload: Payload) -> None:
         self.decode(payload)
 
+    def receive(self, item: Received) -> None:
+        """Keep the newest share per peer, decoded once."""
+        share = self.decode(item.payload)
+        old = self.cache.get(item.sender)
+        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
+            self.cache[item.sender] = item
+            self.parsed[item.sender] = share
+
     def fuse(self, round: int, now: float) -> None:
         """Each parameter: the weighted mean over this device and the fresh peers whose shares
         hold it (all of them after the warmup); kept as it is where nobody holds it."""
-        fresh = [self.decode(r.payload) for r in self.take_fresh()]
+        fresh = [self.parsed[r.sender] for r in self.take_fresh()]
         if not fresh:
             return
         model = self.ctx.model
@@ -247,7 +256,8 @@ class FedPeWSFixed(Algorithm):
                 "last_overlap": self.last_overlap}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
+        self.parsed.clear()
+        super().load_state_dict(state)   # re-receives the cache, which decodes it again
         self.phase = str(state["phase"])
         self.units = None if state["units"] is None else [u.clone() for u in state["units"]]
         self.warmup_rounds_done = int(state["warmup_rounds_done"])
@@ -275,8 +285,7 @@ class FedPeWS(FedPeWSFixed):
 
     def neighbour_theta(self) -> torch.Tensor | None:
         """θ_{g∖{i}}: the mean of the mask probabilities the neighbours last sent."""
-        thetas = [torch.from_numpy(np.array(r.payload.tensors["theta"], dtype=np.float32))
-                  for r in self.cache.values() if "theta" in r.payload.tensors]
+        thetas = [self.parsed[k].theta for k in sorted(self.cache) if self.parsed[k].theta is not None]
         return torch.stack(thetas).mean(dim=0) if thetas else None
 
     def train_warmup(self) -> None:
