@@ -238,3 +238,19 @@ def test_validate_refuses_a_warmup_that_never_ends(tmp_path, capsys):
     bad.write_text("rounds: 6\nalgorithm: {name: fedpews, warmup_rounds: 6}\n")
     assert main(["validate", str(bad)]) == 2
     assert f"{bad}: algorithm.warmup_rounds: 6 leaves no round of full-model averaging" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_real_peers_run_the_warmup_and_match_the_simulation(tmp_path, capsys):
+    """Three peer processes on loopback: the same switch, statistics and bytes as simulated."""
+    from tests.peer_support import SCENARIO, TINY as PEERS
+
+    sets = [*PEERS, "algorithm.name=fedpews", "algorithm.warmup_rounds=2"]
+    code = main(["launch", str(SCENARIO), "--peers", "3", "--out", str(tmp_path / "launch"), "--insecure",
+                 "--round-timeout", "30", *sum((["--set", s] for s in sets), [])])
+    assert code == 0, capsys.readouterr().err
+    real = json.loads((tmp_path / "launch" / "summary.json").read_text())
+    sim = run_scenario(load_scenario(SCENARIO, sets), progress=False)
+    assert real["algorithm_stats"]["phase_switches"] == sim["algorithm_stats"]["phase_switches"] == 1
+    assert real["algorithm_stats"]["warmup_rounds_done"] == 2
+    assert real["comm"]["bytes_sent_total"] == pytest.approx(sim["comm"]["bytes_sent_total"], rel=0.01)
