@@ -38,10 +38,10 @@ from pydantic import Field
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, Options, Payload,
                                     Received, expect_array, register)
 from p2pfed.algorithms.model_payload import model_payload, model_tensors, sample_count
-from p2pfed.learning.fusion import cluster_average
 from p2pfed.learning.model import MLP
-from p2pfed.learning.neuron_masks import (ParamMasks, UnitMasks, fixed_units, hidden_sizes, jaccard,
-                                          masked_copy, parameter_masks, sample_units, train_subnetwork)
+from p2pfed.learning.neuron_masks import (ParamMasks, UnitMasks, average_where_held, fixed_units,
+                                          hidden_sizes, jaccard, masked_copy, parameter_masks,
+                                          sample_units, train_subnetwork)
 from p2pfed.learning.training import Evaluation, evaluate
 
 PHASES = ("warmup", "full")
@@ -105,7 +105,7 @@ def decode_subnetwork(model: MLP, payload: Payload) -> tuple[UnitMasks, dict[str
 class _Share:
     """A peer's share decoded: parameters, which of them it holds, its units and θ (if sent)."""
 
-    def __init__(self, values: dict[str, torch.Tensor], masks: ParamMasks, units: UnitMasks | None,
+    def __init__(self, values: dict[str, torch.Tensor], masks: ParamMasks | None, units: UnitMasks | None,
                  theta: torch.Tensor | None, weight: float) -> None:
         self.values, self.masks, self.units, self.theta, self.weight = values, masks, units, theta, weight
 
@@ -179,8 +179,7 @@ class FedPeWSFixed(Algorithm):
         if phase == "full":
             values = {k: torch.from_numpy(np.array(v, dtype=np.float32))
                       for k, v in model_tensors(model, payload).items()}
-            return _Share(values, {k: torch.ones_like(v, dtype=torch.bool) for k, v in values.items()},
-                          None, None, weight)
+            return _Share(values, None, None, None, weight)   # holds every parameter
         units, values = decode_subnetwork(model, payload)
         theta = None
         if "theta" in payload.tensors:
@@ -209,15 +208,9 @@ class FedPeWSFixed(Algorithm):
             return
         model = self.ctx.model
         own_values = {n: p.detach().clone() for n, p in model.named_parameters()}
-        own_masks = (parameter_masks(model, self.units) if self.units is not None
-                     else {n: torch.ones_like(p, dtype=torch.bool) for n, p in own_values.items()})
-        members = [(own_values, own_masks, float(self.ctx.num_samples))] + [
-            (s.values, s.masks, s.weight) for s in fresh]
-        fused, covered = cluster_average([m[0] for m in members], [m[1] for m in members],
-                                         [m[2] for m in members])
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                p.copy_(torch.where(covered[name], fused[name].to(p.dtype), p))
+        own_masks = None if self.units is None else parameter_masks(model, self.units)
+        average_where_held(model, [(own_values, own_masks, float(self.ctx.num_samples))]
+                           + [(s.values, s.masks, s.weight) for s in fresh])
         if self.units is not None:
             others = [s.units for s in fresh if s.units is not None]
             if others:

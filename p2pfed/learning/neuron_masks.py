@@ -157,3 +157,24 @@ def jaccard(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     ua, ub = torch.cat([u.bool() for u in a]), torch.cat([u.bool() for u in b])
     union = int((ua | ub).sum())
     return 1.0 if union == 0 else int((ua & ub).sum()) / union
+
+
+@torch.no_grad()
+def average_where_held(model: nn.Module,
+                       members: Sequence[tuple[dict[str, torch.Tensor], ParamMasks | None, float]]) -> None:
+    """Set each parameter to the weighted mean of the members' values over the members whose
+    mask holds it (``None``: a member holds every parameter); a parameter no member with a
+    positive weight holds keeps its value. Accumulates in float64, members in the given order."""
+    for name, p in model.named_parameters():
+        num = torch.zeros(p.shape, dtype=torch.float64)
+        den = torch.zeros(p.shape, dtype=torch.float64)
+        for values, masks, weight in members:
+            v = values[name].to(torch.float64) * weight
+            if masks is None:
+                num += v
+                den += weight
+            else:
+                held = masks[name]
+                num += torch.where(held, v, 0.0)
+                den += held.to(torch.float64) * weight
+        p.copy_(torch.where(den > 0, num / torch.where(den > 0, den, 1.0), p.to(torch.float64)).to(p.dtype))
