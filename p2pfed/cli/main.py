@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
+from p2pfed.sweep.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
 
@@ -271,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for NAME.key (public) and NAME.key_secret")
     p.add_argument("--peers", type=POSITIVE_INT, default=1, help="how many key pairs")
     p.set_defaults(func=cmd_keys)
+
+    add_sweep_commands(sub)  # sweep, report
     return parser
 
 

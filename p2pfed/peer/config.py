@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from p2pfed.peer.keys import KeyFileError, load_pair, load_public
 from p2pfed.results.files import output_dir_problem
-from p2pfed.scenario.loader import ScenarioError, _describe, field_errors, read_yaml_file
+from p2pfed.scenario.loader import ScenarioError, describe_error, field_errors, read_yaml_file
 
 _TCP = re.compile(r"tcp://(\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)")
 MAX_PORT = 65535
@@ -108,7 +108,7 @@ def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerC
     try:
         config = PeerConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError([f"{p}: {_describe(e)}" for e in field_errors(exc.errors())]) from None
+        raise ScenarioError([f"{p}: {describe_error(e)}" for e in field_errors(exc.errors())]) from None
     loaded = LoadedPeerConfig(config, str(p), p.resolve().parent)
     problems = []
     files = [("scenario", config.scenario), ("data.path", config.data.path if config.data else None)]

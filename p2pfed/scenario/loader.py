@@ -151,7 +151,7 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> list[str]:
     return parts
 
 
-def _describe(err: dict[str, Any]) -> str:
+def describe_error(err: dict[str, Any]) -> str:
     """One pydantic error as 'field: problem (got value)'.
 
     A model-level check names the field it is about at the start of its message (e.g.
@@ -200,7 +200,7 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        problems += [f"{source}: {_describe(e)}" for e in field_errors(exc.errors())]
+        problems += [f"{source}: {describe_error(e)}" for e in field_errors(exc.errors())]
         scenario = None
     algo = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
     name = algo.get("name", "fedsub")
@@ -217,7 +217,7 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
             options = cls.Options.model_validate(opts)
         except ValidationError as exc:
             known = ", ".join(cls.Options.model_fields) or "no options"
-            problems += [f"{source}: {_describe(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
+            problems += [f"{source}: {describe_error(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
                                                          else "")
                          for e in field_errors(exc.errors(), ("algorithm",))]
     problems += _missing_files(raw, source, base_dir)
