@@ -26,7 +26,9 @@ SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class
          "rounds=6", "engine.participation=0.8", "topology.bandwidth_bps=2.5e3"]
 # Options that make each method's own mechanism fire within six rounds.
 FIRES_EARLY = {"fedclar": ["algorithm.cluster_round=2", "algorithm.fine_tune_rounds=1"],
-               "fedhome": ["algorithm.fine_tune_rounds=2"]}
+               "fedhome": ["algorithm.fine_tune_rounds=2"],
+               # the warmup spans the checkpoint at round 3 and ends after it
+               "fedpews": ["algorithm.warmup_rounds=4"], "fedpews-fixed": ["algorithm.warmup_rounds=4"]}
 
 
 def _loaded(name: str, extra: list[str] = ()):
