@@ -37,6 +37,9 @@ class Clustering:
     k: int
     dbi: float | None
     dbi_by_k: dict[int, float] = field(default_factory=dict)
+    # The K the paper's literal rule (minimum DBI over the whole sweep) picks on the same points,
+    # reported next to ``k`` whichever rule chose it (1 when no K >= 2 could be tried).
+    literal_k: int = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,25 +263,28 @@ def _one_cluster(n: int) -> Clustering:
     return Clustering(labels=labels, k=1, dbi=None, dbi_by_k={})
 
 
+K_RULES = ("min-size", "half", "literal")
+
+
 def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = None,
-                    seed: int = 0, n_init: int = 4, min_cluster_size: int = 1) -> Clustering:
+                    seed: int = 0, n_init: int = 4, min_cluster_size: int = 1,
+                    k_rule: str = "literal") -> Clustering:
     """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2).
 
-    Rule for small or degenerate sets (DBI is undefined for one cluster, and a split needs some
-    evidence):
+    The sweep always runs K over ``[k_min, min(k_max or n-1, n-1, #distinct points)]`` (a K
+    whose clustering has fewer than K non-empty clusters is skipped); ``k_rule`` says which of
+    those partitions may win, the smallest K attaining the minimum DBI among them:
 
-    * n == 0 → ``ValueError``;
-    * n == 1 or n == 2 → a single cluster (the paper's range 2..n-1 is empty);
-    * all points identical → a single cluster;
-    * otherwise K sweeps ``[k_min, min(k_max or n-1, n-1, #distinct points)]``; a K whose
-      clustering has fewer than K non-empty clusters is skipped; the smallest K attaining the
-      minimum DBI wins. If the range is empty (``k_min`` above it) → a single cluster.
+    * ``literal`` — every K (the journal's text, Sec. 3.2). A singleton cluster has zero
+      scatter, so on noisy data the DBI keeps falling as K → n-1 and this rule splits every
+      structure into singletons; with ``min_cluster_size`` > 1 it passes over partitions with a
+      smaller cluster, and keeps the plain minimum when every K has one;
+    * ``min-size`` — only partitions whose clusters all have >= ``min_cluster_size`` members;
+      when there is none (e.g. n <= 3 for size 2), a single cluster;
+    * ``half`` — only K <= floor(n/2); a single cluster when n <= 3.
 
-    ``min_cluster_size`` > 1 guards against DBI's degenerate optimum: a singleton cluster has
-    zero scatter, so on noisy data the DBI keeps falling as K → n-1 and the sweep splits every
-    structure into singletons. With the guard, K values whose partition has a cluster smaller
-    than ``min_cluster_size`` are passed over, unless every K has one (then the plain minimum
-    wins, as in the paper). ``min_cluster_size=1`` is the paper's rule exactly.
+    Small or degenerate sets: n == 0 → ``ValueError``; n <= 2, all points identical, or an empty
+    sweep → a single cluster.
 
     The result depends on the *set* of rows, not their order: rows are clustered in a canonical
     (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
@@ -290,6 +296,8 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
         raise ValueError(f"k_max ({k_max}) must be >= k_min ({k_min})")
     if n_init < 1:
         raise ValueError(f"n_init must be >= 1, got {n_init}")
+    if k_rule not in K_RULES:
+        raise ValueError(f"unknown k_rule {k_rule!r}; choose one of {', '.join(K_RULES)}")
     x = _as_points(points)
     n = x.shape[0]
     if n == 0:
@@ -302,8 +310,10 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     if n_distinct == 1:
         return _one_cluster(n)
     hi = min(n - 1 if k_max is None else k_max, n - 1, n_distinct)
-    best: tuple[float, int, np.ndarray] | None = None           # over every K
+    best: tuple[float, int, np.ndarray] | None = None           # over every K (the literal rule)
     best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
+    best_half: tuple[float, int, np.ndarray] | None = None      # over K <= n/2
+    size = min_cluster_size if k_rule != "half" else 1
     dbi_by_k: dict[int, float] = {}
     with _single_threaded_blas():
         for k in range(k_min, hi + 1):
@@ -315,16 +325,21 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
             dbi_by_k[k] = score
             if best is None or score < best[0]:
                 best = (score, k, lab)
-            if sizes[sizes > 0].min() >= min_cluster_size and (best_sized is None or score < best_sized[0]):
+            if sizes[sizes > 0].min() >= size and (best_sized is None or score < best_sized[0]):
                 best_sized = (score, k, lab)
+            if n > 3 and k <= n // 2 and (best_half is None or score < best_half[0]):
+                best_half = (score, k, lab)
     if best is None:
         return _one_cluster(n)
-    best_dbi, best_k, best_labels = best_sized or best
+    chosen = {"literal": best_sized or best, "min-size": best_sized, "half": best_half}[k_rule]
+    if chosen is None:
+        return Clustering(labels=_one_cluster(n).labels, k=1, dbi=None, dbi_by_k=dbi_by_k, literal_k=best[1])
+    best_dbi, best_k, best_labels = chosen
     labels = np.empty(n, dtype=np.intp)
     labels[order] = best_labels
     labels = _first_appearance(labels)
     labels.setflags(write=False)
-    return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=dbi_by_k)
+    return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=dbi_by_k, literal_k=best[1])
 
 
 class ClusteringCache:
