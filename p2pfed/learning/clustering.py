@@ -275,10 +275,9 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     whose clustering has fewer than K non-empty clusters is skipped); ``k_rule`` says which of
     those partitions may win, the smallest K attaining the minimum DBI among them:
 
-    * ``literal`` — every K (the journal's text, Sec. 3.2). A singleton cluster has zero
-      scatter, so on noisy data the DBI keeps falling as K → n-1 and this rule splits every
-      structure into singletons; with ``min_cluster_size`` > 1 it passes over partitions with a
-      smaller cluster, and keeps the plain minimum when every K has one;
+    * ``literal`` — every K (the journal's text, Sec. 3.2; ``min_cluster_size`` is ignored). A
+      singleton cluster has zero scatter, so on noisy data the DBI keeps falling as K → n-1 and
+      this rule splits every structure into singletons;
     * ``min-size`` — only partitions whose clusters all have >= ``min_cluster_size`` members;
       when there is none (e.g. n <= 3 for size 2), a single cluster;
     * ``half`` — only K <= floor(n/2); a single cluster when n <= 3.
@@ -313,7 +312,7 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     best: tuple[float, int, np.ndarray] | None = None           # over every K (the literal rule)
     best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
     best_half: tuple[float, int, np.ndarray] | None = None      # over K <= n/2
-    size = min_cluster_size if k_rule != "half" else 1
+    size = min_cluster_size if k_rule == "min-size" else 1
     dbi_by_k: dict[int, float] = {}
     with _single_threaded_blas():
         for k in range(k_min, hi + 1):
@@ -331,7 +330,7 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
                 best_half = (score, k, lab)
     if best is None:
         return _one_cluster(n)
-    chosen = {"literal": best_sized or best, "min-size": best_sized, "half": best_half}[k_rule]
+    chosen = {"literal": best, "min-size": best_sized, "half": best_half}[k_rule]
     if chosen is None:
         return Clustering(labels=_one_cluster(n).labels, k=1, dbi=None, dbi_by_k=dbi_by_k, literal_k=best[1])
     best_dbi, best_k, best_labels = chosen
