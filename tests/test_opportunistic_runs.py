@@ -124,9 +124,9 @@ def test_contact_keys_are_validated(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(f)
     text = "\n".join(err.value.problems)
-    assert "contacts.file and contacts.format are required" in text
-    assert "churn.mean_online_s and churn.mean_offline_s go together" in text
-    assert "train_jitter_s must be below" in text
+    assert "contacts.file: is required when contacts.kind is 'trace'" in text
+    assert "churn.mean_offline_s: is required when churn.mean_online_s is set" in text
+    assert "asynchronous.train_jitter_s: must be below" in text
     f.write_text("contacts:\n  kind: trace\n  file: nope.txt\n  format: one\n")
     with pytest.raises(ScenarioError, match="contacts.file: file not found"):
         load_scenario(f)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import zmq
 
-from p2pfed.transport import Mailbox, Message, Outbox, decode, encode, inproc_endpoint, new_namespace
+from p2pfed.transport import (REJECT_MULTIPART, REJECT_OVERSIZED, Mailbox, Message, Outbox, Rejected, decode, encode,
+                              inproc_endpoint, new_namespace)
 
 
 @pytest.fixture
@@ -148,3 +149,48 @@ def test_configure_hook_runs_before_bind_and_connect(ctx: zmq.Context) -> None:
         out.send(ep, b"hi")
         assert box.receive(timeout_ms=100) == b"hi"
     assert seen == [(zmq.PULL, ep), (zmq.PUSH, ep)]
+
+
+def test_every_refused_message_reaches_on_reject_with_its_reason_and_size(ctx: zmq.Context) -> None:
+    ep = inproc_endpoint(new_namespace(), 4)
+    refused: list[Rejected] = []
+    with Mailbox(ctx, ep, max_bytes=1000, on_reject=refused.append) as box, Outbox(ctx) as out:
+        raw = ctx.socket(zmq.PUSH)
+        raw.connect(ep)
+        raw.send_multipart([b"a" * 10, b"b" * 20, b"c" * 30])
+        raw.close(0)
+        assert out.send(ep, b"y" * 1001)
+        assert out.send(ep, b"fine")
+        assert box.drain() == [b"fine"]
+    assert refused == [Rejected(REJECT_MULTIPART, 60, None), Rejected(REJECT_OVERSIZED, 1001, None)]
+
+
+def test_refused_messages_name_the_curve_peer_that_sent_them(tmp_path, ctx: zmq.Context) -> None:
+    from p2pfed.peer.keys import AllowlistAuthenticator, load_pair, load_public, make_keys, server_configurer
+
+    make_keys(tmp_path, ["server", "peer-7"])
+    auth = AllowlistAuthenticator(ctx, {load_public(tmp_path / "peer-7.key"): 7})
+    auth.start()
+    refused: list[Rejected] = []
+    try:
+        with Mailbox(ctx, "tcp://127.0.0.1:0", configure=server_configurer(*load_pair(tmp_path / "server.key_secret")),
+                     on_reject=refused.append) as box:
+            sock = ctx.socket(zmq.PUSH)
+            sock.linger = 0
+            sock.curve_serverkey = load_public(tmp_path / "server.key")
+            sock.curve_publickey, sock.curve_secretkey = load_pair(tmp_path / "peer-7.key_secret")
+            sock.connect(box.endpoint)
+            sock.send_multipart([b"x", b"y"])
+            sock.send(b"ok")
+            assert box.receive(timeout_ms=5000) == b"ok"
+            sock.close(0)
+    finally:
+        auth.stop()
+    assert refused == [Rejected(REJECT_MULTIPART, 2, "7")]
+
+
+def test_tcp_ports_beyond_65535_are_refused_not_wrapped(ctx: zmq.Context) -> None:
+    with pytest.raises(ValueError, match="tcp port must be in 0..65535"):
+        Mailbox(ctx, "tcp://127.0.0.1:99999")
+    with Outbox(ctx) as out, pytest.raises(ValueError, match="tcp port"):
+        out.send("tcp://127.0.0.1:65536", b"x")

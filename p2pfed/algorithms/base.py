@@ -38,7 +38,7 @@ class ArtifactError(ValueError):
 class Options(BaseModel):
     """Method-specific scenario keys under ``algorithm:``; subclasses add fields."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @dataclass

@@ -1,15 +1,47 @@
-"""The ``p2pfed`` command line: run, compare and validate scenarios; run real peers."""
+"""The ``p2pfed`` command line: run, compare and validate scenarios; run real peers.
+
+Bad input of any kind (a scenario, a file it names, an option's value, an output folder that
+cannot be written) is refused before any work, one line per problem, exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
+from p2pfed.sweep.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (naming the option) instead of the usage text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type, minimum: float, inclusive: bool):
+    """An argparse type: a finite ``kind`` above ``minimum`` (or equal when ``inclusive``)."""
+    bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {bound}, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+POSITIVE_INT, POSITIVE_SECONDS = _number(int, 1, True), _number(float, 0, False)
 
 
 def _scenario_args(p: argparse.ArgumentParser, optional: bool) -> None:
@@ -20,8 +52,27 @@ def _scenario_args(p: argparse.ArgumentParser, optional: bool) -> None:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
 
 
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides, with ``--algorithm X`` last as ``algorithm.name=X`` (the same swap)."""
+    extra = [f"algorithm.name={args.algorithm}"] if getattr(args, "algorithm", None) else []
+    return [*args.overrides, *extra]
+
+
 def _load(args: argparse.Namespace) -> LoadedScenario:
-    return load_scenario(args.scenario, args.overrides, args.seed)
+    """The scenario, validated, with its files read and its memory estimated: before any work."""
+    from p2pfed.engine.preflight import preflight
+
+    loaded = load_scenario(args.scenario, _overrides(args), args.seed)
+    preflight(loaded)
+    return loaded
+
+
+def _check_outputs(*folders: Path) -> None:
+    from p2pfed.results.files import output_dir_problem
+
+    problems = [f"--out {p}" for p in map(output_dir_problem, folders) if p]
+    if problems:
+        raise ScenarioError(problems)
 
 
 def _length(sc) -> str:
@@ -37,10 +88,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
 
     loaded = _load(args)
-    if args.algorithm:
-        loaded = loaded.with_algorithm(args.algorithm)
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}"
+    _check_outputs(out)
     checkpointing = None
     if args.checkpoint_every or args.resume:
         from p2pfed.engine.runner import Checkpointing
@@ -65,9 +115,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from p2pfed.results.compare import write_comparison
 
     loaded = _load(args)
-    names = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    runs = [loaded.with_algorithm(n) for n in names]  # fails early on an unknown name
+    names = _algorithm_names(args.algorithms)
+    runs = [loaded.with_algorithm(n) for n in names]
     out = Path(args.out) if args.out else Path("runs") / f"{loaded.scenario.name}-compare"
+    _check_outputs(out, *(out / n for n in names))
     summaries, rounds = [], {}
     for name, run in zip(names, runs):
         print(f"[{name}] {_length(run.scenario)}", file=sys.stderr)
@@ -84,13 +135,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
 DATA_CHECKED_BY_VALIDATE = ("files", "digits")
 
 
+def _algorithm_names(text: str) -> list[str]:
+    """``--algorithms a,b,c``: at least one name, each registered, none twice."""
+    from p2pfed.algorithms import algorithm_class
+
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise ScenarioError([f"--algorithms {text!r}: give at least one method, e.g. fedsub,gossip-avg,local"])
+    problems = []
+    for name in dict.fromkeys(names):
+        try:
+            algorithm_class(name)
+        except ValueError as exc:
+            problems.append(f"--algorithms: {exc}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        problems.append(f"--algorithms: {', '.join(twice)} listed twice")
+    if problems:
+        raise ScenarioError(problems)
+    return names
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from p2pfed.engine.preflight import preflight
     from p2pfed.scenario.build import load_scenario_dataset
 
     bad = 0
     for path in args.scenarios:
         try:
             loaded = load_scenario(path, args.overrides)
+            preflight(loaded)
             if loaded.scenario.dataset.name in DATA_CHECKED_BY_VALIDATE:
                 load_scenario_dataset(loaded)
             if args.launch and (problems := launch_problems(loaded)):
@@ -120,12 +194,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     loaded = _load(args)
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}-peers"
+    _check_outputs(out)
     if args.insecure:
         insecure_warning("every launched peer")
     print(f"launching {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, peers on 127.0.0.1, "
           f"{'PLAINTEXT' if args.insecure else 'CURVE'}", file=sys.stderr)
     try:
-        summary = launch(loaded, Path(args.scenario) if args.scenario else None, args.overrides, args.seed,
+        summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
                          out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
                          start_timeout_s=args.start_timeout, round_timeout_s=args.round_timeout,
                          verbose=args.verbose)
@@ -140,6 +215,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     from p2pfed.peer.keys import make_keys
 
+    _check_outputs(Path(args.out))
     names = [f"peer-{i}" for i in range(args.peers)]
     for public, secret in make_keys(Path(args.out), names):
         print(f"{public}  (share)   {secret}  (keep private)")
@@ -147,14 +223,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="p2pfed", description=__doc__)
+    parser = OneLineParser(prog="p2pfed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="simulate one scenario and write its results")
     _scenario_args(p, optional=True)
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>)")
-    p.add_argument("--algorithm", help="run this method instead of the scenario's")
+    p.add_argument("--algorithm", help="run this method instead of the scenario's (its options the "
+                   "method does not know are left out; same as --set algorithm.name=NAME)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                    help="write OUT/checkpoint.pt every N rounds (synchronous rounds only)")
@@ -181,19 +258,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("launch", help="run a scenario as N real peer processes on 127.0.0.1")
     _scenario_args(p, optional=True)
-    p.add_argument("--peers", type=int, help="number of peers (must equal the scenario's devices)")
+    p.add_argument("--peers", type=POSITIVE_INT, help="number of peers (must equal the scenario's devices)")
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>-peers)")
+    p.add_argument("--algorithm", help="run this method instead of the scenario's (as in run)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
-    p.add_argument("--start-timeout", type=float, default=120.0,
+    p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
                    help="seconds a peer waits for its neighbours to start (round 0)")
-    p.add_argument("--round-timeout", type=float, default=30.0, help="seconds a peer waits for neighbours")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before unfinished peers are killed")
+    p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
+    p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0, help="seconds before unfinished peers are killed")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("keys", help="make CURVE key pairs peer-0..peer-(N-1) for real peers")
     p.add_argument("--out", required=True, help="folder for NAME.key (public) and NAME.key_secret")
-    p.add_argument("--peers", type=int, default=1, help="how many key pairs")
+    p.add_argument("--peers", type=POSITIVE_INT, default=1, help="how many key pairs")
     p.set_defaults(func=cmd_keys)
+
+    add_sweep_commands(sub)  # sweep, report
     return parser
 
 

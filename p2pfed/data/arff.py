@@ -5,12 +5,15 @@ reported with its line number instead of aborting the whole file.
 """
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from p2pfed.textfile import not_text
 
 _ATTR = re.compile(r"""^@attribute\s+("[^"]*"|'[^']*'|\S+)\s*(.*)$""", re.IGNORECASE)
 
@@ -69,9 +72,12 @@ def _parse_row(fields: list[str], kinds: list[list[str] | None], names: list[str
                 row.append(np.nan)
                 continue
             try:
-                row.append(float(value))
+                number = float(value)
             except ValueError:
                 raise ValueError(f"field {name!r}: {value!r} is not numeric") from None
+            if not math.isfinite(number):
+                raise ValueError(f"field {name!r}: {value!r} is not finite ('?' marks a missing value)")
+            row.append(number)
         else:
             if value not in kind:
                 raise ValueError(f"field {name!r}: {value!r} is not one of the declared values")
@@ -91,7 +97,11 @@ def read_arff(path: str | Path, *, warn: bool = True) -> ArffTable:
     line_numbers: list[int] = []
     skipped: list[tuple[int, str]] = []
     in_data = False
-    with path.open("r", encoding="utf-8", newline=None) as handle:
+    try:
+        handle = path.open("r", encoding="utf-8", newline=None)
+    except OSError as exc:
+        raise ArffFormatError(f"{path}: cannot read ARFF file: {exc.strerror}") from None
+    try:
         for lineno, line in enumerate(handle, start=1):
             text = line.strip()
             if text.startswith("%"):
@@ -119,6 +129,10 @@ def read_arff(path: str | Path, *, warn: bool = True) -> ArffTable:
                 line_numbers.append(lineno)
             except ValueError as err:
                 skipped.append((lineno, str(err)))
+    except UnicodeDecodeError:
+        raise ArffFormatError(not_text(path, "ARFF file")) from None
+    finally:
+        handle.close()
     if not in_data:
         raise ArffFormatError(f"{path}: no @data section")
     # Trailing blank lines at the end of a file are harmless; do not report them.

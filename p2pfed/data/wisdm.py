@@ -16,7 +16,7 @@ from .wisdm_raw import read_wisdm_raw, window_means
 PACKAGED_FILE = "wisdm_v1.1_transformed.npz"
 
 
-def _select_users(available: np.ndarray, users: Iterable[int] | None, source: object) -> list[int]:
+def select_users(available: np.ndarray, users: Iterable[int] | None, source: object) -> list[int]:
     present = sorted(int(u) for u in np.unique(available))
     if users is None:
         return present
@@ -28,7 +28,8 @@ def _select_users(available: np.ndarray, users: Iterable[int] | None, source: ob
     return chosen
 
 
-def _load_arrays(path: str | Path | None) -> tuple[dict[str, np.ndarray], object]:
+def load_arrays(path: str | Path | None) -> tuple[dict[str, np.ndarray], object]:
+    """The WISDM arrays of ``path`` (.arff or .npz; None: the packaged file) and where they came from."""
     if path is None:
         ref = resources.files("p2pfed.data").joinpath("files", PACKAGED_FILE)
         with resources.as_file(ref) as file:
@@ -50,8 +51,8 @@ def load_wisdm(*, test_fraction: float = 0.2, seed: int = 0, scaling: str = "dev
     with its own training statistics. Missing PEAK values are imputed with
     the device's training mean.
     """
-    arrays, source = _load_arrays(path)
-    chosen = _select_users(arrays["user"], users, source)
+    arrays, source = load_arrays(path)
+    chosen = select_users(arrays["user"], users, source)
     devices = devices_by_owner(arrays["x"], arrays["label"].astype(np.int64), arrays["user"],
                                chosen, "wisdm-user-{}", test_fraction=test_fraction,
                                seed=seed, scaling=scaling)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .arff import read_arff
+from .npz import load_npz
 
 #: Fixed label order (label id = position). Matches the ARFF's declared order.
 CLASS_NAMES: tuple[str, ...] = ("Walking", "Jogging", "Upstairs", "Downstairs", "Sitting", "Standing")
@@ -46,11 +47,10 @@ def arrays_from_arff(path: str | Path) -> dict[str, np.ndarray]:
 
 def arrays_from_npz(path: str | Path) -> dict[str, np.ndarray]:
     """Load and validate an npz written by `build_wisdm` (no pickle allowed)."""
-    with np.load(path, allow_pickle=False) as npz:
-        missing = {"x", "user", "label", "feature_names", "class_names"} - set(npz.files)
-        if missing:
-            raise ValueError(f"{path}: missing array(s) {sorted(missing)}")
-        arrays = {k: npz[k] for k in ("x", "user", "label", "feature_names", "class_names")}
+    arrays = load_npz(path, ("x", "user", "label", "feature_names", "class_names"))
+    if arrays["x"].ndim != 2 or arrays["x"].dtype.kind not in "fiu":
+        raise ValueError(f"{path}: array 'x' must be a 2-d numeric table, got {arrays['x'].dtype} "
+                         f"of shape {arrays['x'].shape}")
     n = len(arrays["x"])
     for key in ("user", "label"):
         if len(arrays[key]) != n:

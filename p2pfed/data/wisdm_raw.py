@@ -41,7 +41,7 @@ def _parse_record(record: str) -> tuple[int, int, int, float, float, float]:
         raise ValueError(f"unknown activity {fields[1]!r}")
     try:
         timestamp = int(float(fields[2]))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError(f"timestamp {fields[2]!r} is not a number") from None
     try:
         x, y, z = (float(v) for v in fields[3:])

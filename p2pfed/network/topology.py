@@ -6,39 +6,86 @@ and ``latency_s`` (the scenario's defaults unless a topology file sets them per 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import networkx as nx
+
+from p2pfed.textfile import read_text
 
 
 class TopologyError(ValueError):
     """A topology that cannot be built as asked (names the file or parameter at fault)."""
 
 
-def _from_file(path: Path, num_devices: int) -> nx.Graph:
+EDGE_ATTRIBUTES = (("bandwidth_bps", float), ("latency_s", float))
+
+
+def read_topology_file(path: Path) -> nx.Graph:
+    """The graph in an edge list or GraphML file, every edge's link values checked.
+
+    A damaged or wrong-format file raises TopologyError naming the file and the line (edge
+    list), or the line and column of an XML error, or the edge (GraphML)."""
     if not path.exists():
         raise TopologyError(f"{path}: topology file not found")
-    try:
-        if path.suffix.lower() in {".graphml", ".xml"}:
+    if path.suffix.lower() in {".graphml", ".xml"}:
+        try:
             g = nx.Graph(nx.read_graphml(path))
-        else:
-            g = nx.read_edgelist(path, nodetype=str, data=[("bandwidth_bps", float), ("latency_s", float)]) \
-                if _has_edge_data(path) else nx.read_edgelist(path, nodetype=str)
-    except Exception as exc:  # networkx raises many types for malformed files
-        raise TopologyError(f"{path}: cannot read topology: {exc}") from exc
+        except Exception as exc:  # networkx and ElementTree raise many types for malformed files
+            raise TopologyError(f"{path}: cannot read GraphML: {exc}") from None
+        for u, v, data in g.edges(data=True):
+            _check_edge(f"{path}: edge {u}-{v}", u, v, data)
+        return g
+    return _read_edgelist(path)
+
+
+def _read_edgelist(path: Path) -> nx.Graph:
+    """``a b`` or ``a b bandwidth_bps latency_s`` per line, parsed line by line by networkx so
+    that every problem names its line."""
+    text = read_text(path, "edge list", TopologyError)
+    g = nx.Graph()
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) not in (2, 2 + len(EDGE_ATTRIBUTES)):
+            raise TopologyError(f"{path}:{number}: expected 'a b' or 'a b bandwidth_bps latency_s', "
+                                f"got {len(fields)} fields")
+        try:
+            edge = nx.parse_edgelist([" ".join(fields)], nodetype=str,
+                                     data=EDGE_ATTRIBUTES if len(fields) > 2 else True)
+        except (TypeError, ValueError, IndexError) as exc:
+            raise TopologyError(f"{path}:{number}: {exc}") from None
+        ((u, v, data),) = edge.edges(data=True)
+        _check_edge(f"{path}:{number}", u, v, data)
+        g.add_edge(u, v, **data)
+    return g
+
+
+def _check_edge(where: str, u: object, v: object, data: dict) -> None:
+    """Link values a simulation can use: bandwidth finite > 0, latency finite >= 0."""
+    if u == v:
+        raise TopologyError(f"{where}: an edge needs two distinct nodes, got {u!r} twice")
+    for key, positive in (("bandwidth_bps", True), ("latency_s", False)):
+        if key not in data:
+            continue
+        try:
+            value = float(data[key])
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise TopologyError(f"{where}: {key} must be a finite number {bound}, got {data[key]!r}")
+        data[key] = value
+
+
+def _from_file(path: Path, num_devices: int) -> nx.Graph:
+    g = read_topology_file(path)
     nodes = sorted(g.nodes, key=_node_sort_key)
     if len(nodes) != num_devices:
         raise TopologyError(f"{path}: has {len(nodes)} nodes but the scenario has {num_devices} devices")
     # Node ids are mapped to devices in sorted order (numerically when they are integers).
     return nx.relabel_nodes(g, {node: i for i, node in enumerate(nodes)})
-
-
-def _has_edge_data(path: Path) -> bool:
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].split()
-        if line:
-            return len(line) >= 4
-    return False
 
 
 def _node_sort_key(node: object) -> tuple[int, int | str]:

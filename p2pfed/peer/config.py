@@ -9,24 +9,41 @@ Relative paths are resolved against the peer file's folder.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from p2pfed.scenario.loader import ScenarioError, _describe, parse_yaml
+from p2pfed.peer.keys import KeyFileError, load_pair, load_public
+from p2pfed.results.files import output_dir_problem
+from p2pfed.scenario.loader import ScenarioError, describe_error, field_errors, read_yaml_file
 
-_TCP = r"tcp://[^\s:]+:\d{1,5}"
+_TCP = re.compile(r"tcp://(\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)")
+MAX_PORT = 65535
+
+
+def tcp_endpoint(value: str) -> str:
+    """``tcp://host:port`` with a port ZeroMQ can bind (it silently wraps larger numbers)."""
+    match = _TCP.fullmatch(value)
+    if not match or not 1 <= int(match.group(2)) <= MAX_PORT:
+        raise ValueError(f"must be tcp://host:port with a port in 1..{MAX_PORT}")
+    return value
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Neighbour(_Section):
     id: int = Field(ge=0)
-    endpoint: str = Field(pattern=_TCP, description="tcp://host:port where the neighbour listens")
+    endpoint: str = Field(description="tcp://host:port where the neighbour listens")
     public_key: str | None = Field(None, description="the neighbour's .key file (required unless --insecure)")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _port_in_range(cls, v: str) -> str:
+        return tcp_endpoint(v)
 
 
 class OwnData(_Section):
@@ -39,7 +56,7 @@ class PeerConfig(_Section):
     scenario: str | None = Field(None, description="scenario file (default: the embedded quickstart)")
     overrides: list[str] = Field(default_factory=list, description="scenario --set overrides")
     seed: int | None = None
-    listen: str = Field(pattern=_TCP, description="tcp://host:port this peer binds")
+    listen: str = Field(description="tcp://host:port this peer binds")
     neighbours: list[Neighbour] = Field(default_factory=list)
     secret_key: str | None = Field(None, description="this peer's .key_secret (required unless --insecure)")
     data: OwnData | None = Field(None, description="own data instead of the scenario's device `id`")
@@ -49,6 +66,11 @@ class PeerConfig(_Section):
     round_period_s: float = Field(0.0, ge=0, description="wall-clock length of a round at least (0: no pacing)")
     max_bad_messages: int = Field(20, ge=1, description="bad messages tolerated per peer before ignoring it")
     start_time: float | None = Field(None, description="unix time that elapsed times count from")
+
+    @field_validator("listen")
+    @classmethod
+    def _port_in_range(cls, v: str) -> str:
+        return tcp_endpoint(v)
 
     @field_validator("neighbours")
     @classmethod
@@ -79,17 +101,14 @@ class LoadedPeerConfig:
 
 
 def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerConfig:
-    """Read and validate a peer file; key files are required (and must exist) unless insecure."""
+    """Read and validate a peer file before any work: its keys (required unless insecure) are
+    read and checked, and its ``out`` folder must be writable."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ScenarioError([f"{p}: cannot read peer config: {exc.strerror}"]) from None
-    raw = parse_yaml(text, str(p))
+    raw = read_yaml_file(p, "peer config")
     try:
         config = PeerConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError([f"{p}: {_describe(e)}" for e in exc.errors()]) from None
+        raise ScenarioError([f"{p}: {describe_error(e)}" for e in field_errors(exc.errors())]) from None
     loaded = LoadedPeerConfig(config, str(p), p.resolve().parent)
     problems = []
     files = [("scenario", config.scenario), ("data.path", config.data.path if config.data else None)]
@@ -104,6 +123,21 @@ def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerC
     for field, value in files:
         if value is not None and not loaded.resolve(value).exists():
             problems.append(f"{p}: {field}: file not found: {loaded.resolve(value)}")
+        elif field == "secret_key" and value is not None:
+            problems += _key_problem(p, field, lambda: load_pair(loaded.resolve(value)))
+        elif field.endswith("public_key") and value is not None:
+            problems += _key_problem(p, field, lambda: load_public(loaded.resolve(value)))
+    out_problem = output_dir_problem(loaded.resolve(config.out))
+    if out_problem:
+        problems.append(f"{p}: out: {out_problem}")
     if problems:
         raise ScenarioError(problems)
     return loaded
+
+
+def _key_problem(source: Path, field: str, load) -> list[str]:
+    try:
+        load()
+    except KeyFileError as exc:
+        return [f"{source}: {field}: {exc}"]
+    return []

@@ -7,12 +7,15 @@ device's own training statistics, as the scenario loaders do.
 
 from __future__ import annotations
 
+import csv
+import math
 from pathlib import Path
 
 import numpy as np
 
 from p2pfed.data import DeviceData
 from p2pfed.data.devices import device_seed, make_device
+from p2pfed.data.npz import NpzFileError, load_npz
 from p2pfed.data.scaling import preprocess
 
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
@@ -27,43 +30,61 @@ def load_own_data(path: Path, device_id: int, *, num_features: int, num_classes:
     """One device's train/test data from ``path``, fitting ``num_features`` and ``num_classes``."""
     if path.suffix.lower() == ".npz":
         try:
-            with np.load(path, allow_pickle=False) as z:
-                missing = [k for k in NPZ_KEYS if k not in z.files]
-                if missing:
-                    raise DataFileError(f"{path}: missing arrays {missing} (need {list(NPZ_KEYS)})")
-                x_tr, y_tr, x_te, y_te = (np.asarray(z[k]) for k in NPZ_KEYS)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, DataFileError):
-                raise
-            raise DataFileError(f"{path}: not a readable .npz without objects ({exc})") from None
+            arrays = load_npz(path, NPZ_KEYS)
+        except NpzFileError as exc:
+            raise DataFileError(str(exc)) from None
+        x_tr, y_tr, x_te, y_te = (arrays[k] for k in NPZ_KEYS)
         _check(path, x_tr, y_tr, num_features, num_classes, "train")
         _check(path, x_te, y_te, num_features, num_classes, "test")
         x_tr, x_te = preprocess(x_tr.astype(np.float32), x_te.astype(np.float32), "device")
         return DeviceData(device_id, path.stem, x_tr, y_tr.astype(np.int64), x_te, y_te.astype(np.int64))
     if path.suffix.lower() == ".csv":
-        try:
-            table = np.genfromtxt(path, delimiter=",", dtype=np.float64, skip_header=_header_rows(path))
-        except (OSError, ValueError) as exc:
-            raise DataFileError(f"{path}: cannot read CSV ({exc})") from None
-        table = np.atleast_2d(table)
-        x, y = table[:, :-1], table[:, -1]
-        if np.any(y != np.round(y)):
-            raise DataFileError(f"{path}: the last column (label) must hold integer class ids")
-        y = y.astype(np.int64)
+        x, y = read_csv_table(path)
         _check(path, x, y, num_features, num_classes, "all")
         return make_device(device_id, path.stem, x.astype(np.float32), y, test_fraction=test_fraction,
                            rng=device_seed(seed, device_id), scaling="device")
     raise DataFileError(f"{path}: unknown data format (use .csv or .npz)")
 
 
-def _header_rows(path: Path) -> int:
-    with path.open() as fh:
-        first = fh.readline()
+def read_csv_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(features, integer labels) from a CSV whose last column is the label; a header row is
+    skipped. Every problem names the file and its line."""
+    rows: list[list[float]] = []
+    header_seen = False
     try:
-        [float(v) for v in first.split(",")]
-        return 0
-    except ValueError:
-        return 1
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            for row in reader:
+                if not any(cell.strip() for cell in row):
+                    continue
+                where = f"{path}:{reader.line_num}"
+                try:
+                    values = [float(cell) for cell in row]
+                except ValueError:
+                    if rows or header_seen:
+                        raise DataFileError(f"{where}: every cell must be a number, got {row!r:.120}") from None
+                    header_seen = True
+                    continue
+                if len(values) < 2:
+                    raise DataFileError(f"{where}: needs feature columns and a label column, got {len(values)}")
+                if rows and len(values) != len(rows[0]):
+                    raise DataFileError(f"{where}: {len(values)} columns, earlier rows have {len(rows[0])}")
+                if not all(math.isfinite(v) for v in values):
+                    raise DataFileError(f"{where}: holds NaN or infinite values")
+                if values[-1] != int(values[-1]):
+                    raise DataFileError(f"{where}: the last column (label) must be an integer class id, "
+                                        f"got {row[-1]!r}")
+                rows.append(values)
+    except UnicodeDecodeError:
+        raise DataFileError(f"{path}: not a text (UTF-8) CSV file") from None
+    except csv.Error as exc:
+        raise DataFileError(f"{path}: malformed CSV: {exc}") from None
+    except OSError as exc:
+        raise DataFileError(f"{path}: cannot read CSV: {exc.strerror}") from None
+    if not rows:
+        raise DataFileError(f"{path}: holds no data rows")
+    table = np.asarray(rows, dtype=np.float64)
+    return table[:, :-1], table[:, -1].astype(np.int64)
 
 
 def _check(path: Path, x: np.ndarray, y: np.ndarray, num_features: int, num_classes: int,

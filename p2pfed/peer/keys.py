@@ -21,8 +21,25 @@ from p2pfed.transport import SocketConfigurer
 ZAP_DOMAIN = "p2pfed"
 
 
+CURVE_KEY_CHARS = 40   # a 32-byte CURVE key in Z85 text
+Z85_ALPHABET = frozenset(z85.Z85CHARS)
+
+
 class KeyFileError(ValueError):
-    """A key file that is missing or unreadable (names the file)."""
+    """A key file that is missing, unreadable or holds a malformed key (names the file)."""
+
+
+def _checked(path: Path, key: bytes | None, which: str) -> bytes:
+    """``key`` if it is a well-formed Z85 CURVE key; ZeroMQ would otherwise refuse it later, with
+    only 'Invalid argument' and after work has been done."""
+    if key is None:
+        raise KeyFileError(f"{path}: holds no CURVE {which} key")
+    if len(key) != CURVE_KEY_CHARS:
+        raise KeyFileError(f"{path}: the CURVE {which} key must be {CURVE_KEY_CHARS} Z85 characters, "
+                           f"got {len(key)}")
+    if not set(key) <= Z85_ALPHABET:
+        raise KeyFileError(f"{path}: the CURVE {which} key holds characters outside Z85")
+    return key
 
 
 def make_keys(out_dir: Path, names: list[str]) -> list[tuple[Path, Path]]:
@@ -42,7 +59,7 @@ def load_public(path: Path) -> bytes:
         public, _ = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
         raise KeyFileError(f"{path}: cannot read CURVE public key ({exc})") from None
-    return public
+    return _checked(path, public, "public")
 
 
 def load_pair(path: Path) -> tuple[bytes, bytes]:
@@ -53,7 +70,7 @@ def load_pair(path: Path) -> tuple[bytes, bytes]:
         raise KeyFileError(f"{path}: cannot read CURVE key pair ({exc})") from None
     if secret is None:
         raise KeyFileError(f"{path}: holds no secret key (pass the .key_secret file)")
-    return public, secret
+    return _checked(path, public, "public"), _checked(path, secret, "secret")
 
 
 class AllowlistAuthenticator(ThreadAuthenticator):

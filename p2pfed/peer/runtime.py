@@ -31,10 +31,11 @@ from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import DeviceCounters, Recorder
+from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
 from p2pfed.scenario.loader import ScenarioError, dump, launch_problems, load_scenario
 from p2pfed.scenario.randomness import int_seed
-from p2pfed.transport import Mailbox, Outbox
+from p2pfed.transport import Mailbox, Outbox, Rejected
 
 log = logging.getLogger("p2pfed.peer")
 
@@ -114,7 +115,8 @@ class Peer:
             client = client_configurer(public, secret, by_endpoint)
         max_bytes = self.loaded.scenario.engine.max_message_bytes
         try:
-            self.mailbox = Mailbox(self.context, cfg.listen, max_bytes=max_bytes, configure=server)
+            self.mailbox = Mailbox(self.context, cfg.listen, max_bytes=max_bytes, configure=server,
+                                   on_reject=self._rejected)
         except BaseException:
             self.close()
             raise
@@ -169,6 +171,17 @@ class Peer:
         self.absent.discard(item.sender)
         return True
 
+    def _rejected(self, rejected: Rejected) -> None:
+        """A frame the mailbox refused before decoding (oversized, multipart): a counted drop."""
+        who = None
+        if self.secure and rejected.sender is not None:
+            try:
+                who = int(rejected.sender)
+            except ValueError:
+                pass
+        self.intake.refuse(who, self.next_round, f"transport:{rejected.reason}",
+                           f"{rejected.nbytes} bytes refused by the mailbox")
+
     def poll(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a message, then handle it and all queued behind it;
         False if none came."""
@@ -212,6 +225,7 @@ class Peer:
                 self.absent.update(waiting)
                 return
             self.poll(min(left, POLL_SLICE_S))
+            self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
 
     # -- state ---------------------------------------------------------------------------------
     def _save(self) -> None:
@@ -219,8 +233,8 @@ class Peer:
                    "send_failed": self.send_failed, "start_time": self.start_time}
         save_checkpoint(self.checkpoint_path, "peer", self.fingerprint,
                         {"next_round": self.next_round, "device": self.loop.state_dict(),
-                         "intake": self.intake.state_dict(), "recorder": json.dumps(self.recorder.state_dict()),
-                         "runtime": json.dumps(runtime)})
+                         "intake": self.intake.state_dict(), "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
+                         "runtime": json.dumps(runtime, allow_nan=False)})
 
     def _resume(self) -> None:
         if not self.checkpoint_path.exists():
@@ -253,6 +267,7 @@ class Peer:
                 self._wait_for(r)
             while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
+            self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
             self.next_round = r + 1
             self._save()
         return self.finish()
@@ -267,7 +282,8 @@ class Peer:
 
     def finish(self) -> dict[str, Any]:
         report = self.report()
-        (self.out / "peer.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        self.recorder.drop_log.flush()
+        write_json(self.out / "peer.json", report, indent=1)
         return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,

@@ -1,9 +1,20 @@
-"""Writing a run's results: rounds.csv, devices.csv, summary.json and plot.png."""
+"""Writing a run's results: rounds.csv, devices.csv, summary.json and plot.png.
+
+Every file is written atomically (a temporary file in the same folder, then ``os.replace``), so
+a crash never leaves half a file, and ``summary.json`` is written last (an earlier run's is
+removed first): a results folder without ``summary.json`` is an incomplete run. JSON is strict
+(no ``NaN``/``Infinity``, which JSON does not have): a number with no finite value is ``null``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +27,65 @@ DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "bytes_sent"
                   "transfers_completed", "transfers_aborted", "bytes_wasted"]
 
 
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix) to write to; it replaces ``path`` only if
+    the block finishes, and is removed otherwise."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (at any depth) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def to_json(value: Any, indent: int | None = 2) -> str:
+    """Strict JSON text (``allow_nan=False``), non-finite numbers written as null."""
+    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False) + "\n"
+
+
+def write_json(path: Path, value: Any, indent: int | None = 2) -> None:
+    """``value`` as strict JSON (see ``to_json``), written atomically."""
+    text = to_json(value, indent)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def output_dir_problem(path: Path) -> str | None:
+    """Why results cannot be written in folder ``path`` (None: they can); checked before any
+    work, so a run never computes for hours and then fails to write."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{path}: exists and is not a folder"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{path}: cannot be made, {existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path}: cannot write in {existing} (permission denied)"
+    return None
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -40,11 +105,19 @@ def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
 def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names: list[str],
               title_suffix: str = "") -> None:
     """All files of one run into ``out_dir`` (created if needed)."""
+    write_results_files(out_dir, summary, recorder.rows, device_rows(recorder, names),
+                        title=f"{summary['scenario']} — {summary['algorithm']}{title_suffix}")
+
+
+def write_results_files(out_dir: Path, summary: dict[str, Any], round_rows: list[dict[str, Any]],
+                        devices: list[dict[str, Any]], title: str) -> None:
+    """rounds.csv, devices.csv, plot.png, then summary.json (the mark of a complete run)."""
     from p2pfed.results.plots import plot_run  # matplotlib only when files are written
 
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, recorder.rows)
-    write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, device_rows(recorder, names))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
-    plot_run(recorder.rows, out_dir / "plot.png",
-             title=f"{summary['scenario']} — {summary['algorithm']}{title_suffix}")
+    (out_dir / "summary.json").unlink(missing_ok=True)
+    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS, round_rows)
+    write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, devices)
+    plot_run(round_rows, out_dir / "plot.png", title=title)
+    write_json(out_dir / "summary.json", summary)

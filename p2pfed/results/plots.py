@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from p2pfed.results.files import atomic_path  # noqa: E402
+
 
 def plot_run(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
     plot_comparison({"": rows}, path, title=title)
@@ -38,7 +40,8 @@ def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: st
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -56,5 +59,6 @@ def plot_contacts(plan, times: list[float], path: Path, title: str = "") -> None
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)

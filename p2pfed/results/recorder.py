@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from p2pfed.learning.training import Evaluation
+from p2pfed.results.ratelimit import RateLimitedLog
 
 log = logging.getLogger("p2pfed.results")
 
@@ -57,6 +58,9 @@ class Recorder:
         self._eval_time: dict[int, float] = {}        # round -> latest evaluation time
         self.fused_count = 0
         self.fused_age_sum = 0.0
+        # A hostile peer can make drops at will: their log lines are rate-limited (the counts
+        # above stay exact).
+        self.drop_log = RateLimitedLog(log)
 
     @property
     def num_devices(self) -> int:
@@ -86,7 +90,8 @@ class Recorder:
         self.drop_reasons[reason] += 1
         self.traffic(round).update(messages_dropped=1)
         who = "an unknown peer" if src is None else f"peer {src}"
-        log.warning("peer %d dropped a message from %s: %s %s", dst, who, reason, detail)
+        self.drop_log.log(logging.WARNING, reason, "peer %d dropped a message from %s: %s %s",
+                          dst, who, reason, detail)
 
     def transfer_started(self, src: int) -> None:
         """``src`` began putting a message on a link."""

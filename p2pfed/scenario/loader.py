@@ -17,7 +17,8 @@ import yaml
 from pydantic import ValidationError
 
 from p2pfed.algorithms import algorithm_class
-from p2pfed.scenario.schema import Scenario
+from p2pfed.scenario.schema import AlgorithmSection, Scenario
+from p2pfed.textfile import read_text
 
 DEFAULT_SCENARIO = "quickstart.yaml"
 
@@ -44,11 +45,21 @@ class LoadedScenario:
 
     def with_algorithm(self, name: str) -> LoadedScenario:
         """The same scenario run with another method, keeping only the options it knows."""
-        known = set(algorithm_class(name).Options.model_fields)
-        opts = {k: v for k, v in self.scenario.algorithm.options.items() if k in known}
         data = self.scenario.model_dump()
-        data["algorithm"] = {"name": name, **opts}
+        data["algorithm"] = switch_algorithm(self.scenario.algorithm.model_dump(), name)
         return LoadedScenario(Scenario.model_validate(data), self.source, self.base_dir)
+
+
+def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] = frozenset()) -> dict[str, Any]:
+    """An ``algorithm`` mapping for method ``name``: the options it knows, plus those in ``keep``.
+
+    Why: a scenario written for FedSub carries FedSub's options; running it with another method
+    (``--algorithm``, ``--set algorithm.name=...``, ``compare``) must not refuse them, but an
+    option the user set for the new method on the command line (``keep``) is still checked.
+    """
+    known = set(algorithm_class(name).Options.model_fields)
+    opts = {k: v for k, v in section.items() if k != "name" and (k in known or k in keep)}
+    return {"name": name, **opts}
 
 
 def embedded_default_text() -> str:
@@ -57,24 +68,52 @@ def embedded_default_text() -> str:
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
                   seed: int | None = None) -> LoadedScenario:
-    """Load ``path`` (or the embedded quickstart), apply ``--set`` overrides and ``--seed``, validate."""
+    """Load ``path`` (or the embedded quickstart), apply ``--set`` overrides and ``--seed``, validate.
+
+    An override of ``algorithm.name`` swaps the method as ``--algorithm`` does: the file's
+    options the new method does not know are left out (options also set by ``--set`` stay)."""
     if path is None:
-        source, base_dir, text = "<embedded quickstart>", Path.cwd(), embedded_default_text()
+        source, base_dir = "<embedded quickstart>", Path.cwd()
+        raw = parse_yaml(embedded_default_text(), source)
     else:
         p = Path(path)
         source, base_dir = str(p), p.resolve().parent
-        try:
-            text = p.read_text()
-        except FileNotFoundError:
-            raise ScenarioError([f"{p}: scenario file not found"]) from None
-        except OSError as exc:
-            raise ScenarioError([f"{p}: cannot read scenario file: {exc.strerror}"]) from None
-    raw = parse_yaml(text, source)
+        raw = read_yaml_file(p, "scenario file")
+    file_algorithm = _algorithm_name(raw)
+    set_options: set[str] = set()
     for item in overrides or []:
-        apply_override(raw, item, source)
+        parts = apply_override(raw, item, source)
+        if len(parts) == 2 and parts[0] == "algorithm" and parts[1] != "name":
+            set_options.add(parts[1])
+    name = _algorithm_name(raw)
+    if name != file_algorithm and isinstance(raw.get("algorithm"), dict):
+        try:
+            raw["algorithm"] = switch_algorithm(raw["algorithm"], str(name), keep=set_options)
+        except ValueError:
+            pass  # an unknown name: validate() reports it with the choices
     if seed is not None:
         raw["seed"] = seed
     return LoadedScenario(validate(raw, source, base_dir), source, base_dir)
+
+
+def _algorithm_name(raw: dict[str, Any]) -> Any:
+    algo = raw.get("algorithm")
+    return algo.get("name", AlgorithmSection.model_fields["name"].default) if isinstance(algo, dict) \
+        else AlgorithmSection.model_fields["name"].default
+
+
+def read_yaml_file(path: Path, what: str) -> dict[str, Any]:
+    """A YAML mapping from ``path``; a missing, unreadable, binary or empty file is one clear line."""
+    if not path.exists():
+        raise ScenarioError([f"{path}: {what} not found"])
+    try:
+        text = read_text(path, what)
+    except ValueError as exc:
+        raise ScenarioError([str(exc)]) from None
+    raw = parse_yaml(text, str(path))
+    if not raw:
+        raise ScenarioError([f"{path}: the {what} is empty (it must set at least one key)"])
+    return raw
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
@@ -92,8 +131,9 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
     return raw
 
 
-def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
-    """``key.sub=value``: value parsed as YAML (numbers, booleans, lists), set in place."""
+def apply_override(raw: dict[str, Any], item: str, source: str) -> list[str]:
+    """``key.sub=value``: value parsed as YAML (numbers, booleans, lists), set in place; returns
+    the key's parts."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError([f"--set {item!r}: expected key.sub=value"])
@@ -108,19 +148,50 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> None:
         node[parts[-1]] = yaml.safe_load(value)
     except yaml.YAMLError:
         node[parts[-1]] = value
+    return parts
 
 
-def _describe(err: dict[str, Any]) -> str:
+def describe_error(err: dict[str, Any]) -> str:
+    """One pydantic error as 'field: problem (got value)'.
+
+    A model-level check names the field it is about at the start of its message (e.g.
+    'topology.file is required when ...'); that field is then the one reported."""
     loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown key"
     msg = err["msg"].removeprefix("Value error, ")
     if not err["loc"]:   # a rule across sections: its message names the field itself
         return msg
+    if err["type"] == "finite_number":
+        msg = "must be a finite number (NaN and infinity are refused)"
+    first = msg.split(" ", 1)
+    if len(first) == 2 and first[0].startswith(f"{loc}."):
+        loc, msg = first
+    elif len(first) == 2 and first[0] == loc:
+        msg = first[1]
     given = err.get("input")
     if err["type"] not in {"missing"} and not isinstance(given, (dict, list)) and given is not None:
         return f"{loc}: {msg} (got {given!r})"
     return f"{loc}: {msg}"
+
+
+_TYPE_TAGS = {"int", "float", "str", "bool", "bytes", "none"}
+
+
+def field_errors(errors: list[dict[str, Any]], prefix: tuple = ()) -> list[dict[str, Any]]:
+    """pydantic's errors, one per field: a value that fits no member of a union is reported once
+    per member, with the member's type at the end of its location ('literal[...]', 'list[...]',
+    'int'); those are merged into one error whose message lists what would fit."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    for err in errors:
+        loc = prefix + tuple(x for x in err["loc"] if not (isinstance(x, str) and ("[" in x or x in _TYPE_TAGS)))
+        if loc in merged:
+            first = merged[loc]
+            first["msg"] = f"{first['msg']} or {err['msg'].removeprefix('Input should be ')}"
+            first["type"] = "union"
+        else:
+            merged[loc] = {**err, "loc": loc}
+    return list(merged.values())
 
 
 def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
@@ -129,22 +200,26 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        problems += [f"{source}: {_describe(e)}" for e in exc.errors()]
+        problems += [f"{source}: {describe_error(e)}" for e in field_errors(exc.errors())]
         scenario = None
     algo = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
     name = algo.get("name", "fedsub")
-    try:
-        cls = algorithm_class(str(name))
-    except ValueError as exc:
-        problems.append(f"{source}: algorithm.name: {exc}")
-        cls = None
+    cls = None
+    if isinstance(name, str):  # any other type is reported by the schema above
+        try:
+            cls = algorithm_class(name)
+        except ValueError as exc:
+            problems.append(f"{source}: algorithm.name: {exc}")
     options = None
     if cls is not None:
         opts = {k: v for k, v in algo.items() if k != "name"}
         try:
             options = cls.Options.model_validate(opts)
         except ValidationError as exc:
-            problems += [f"{source}: {_describe({**e, 'loc': ('algorithm', *e['loc'])})}" for e in exc.errors()]
+            known = ", ".join(cls.Options.model_fields) or "no options"
+            problems += [f"{source}: {describe_error(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
+                                                         else "")
+                         for e in field_errors(exc.errors(), ("algorithm",))]
     problems += _missing_files(raw, source, base_dir)
     if scenario is not None and options is not None and not problems:
         problems += [f"{source}: {p}" for p in cls.scenario_problems(
@@ -180,6 +255,8 @@ def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str
             p = p if p.is_absolute() else base_dir / p
             if not p.exists():
                 problems.append(f"{source}: {section}.{key}: file not found: {p}")
+            elif not p.is_file():
+                problems.append(f"{source}: {section}.{key}: not a file: {p}")
     return problems
 
 

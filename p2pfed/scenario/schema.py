@@ -1,8 +1,13 @@
 """The scenario schema: every key a scenario file may hold, its type, default and limits.
 
 Validated with pydantic before anything runs. Unknown keys are errors (a typo must not be
-silently ignored). Every field is documented in ``scenarios/REFERENCE.md``; keep them in step
-(a test checks that every field here appears there).
+silently ignored), and no number may be NaN or infinite (``null`` is how a file says "none" where
+a field allows it): an infinite latency or learning rate would run to the end and report
+results that look complete. Every field is documented in ``scenarios/REFERENCE.md``; keep them
+in step (a test checks that every field here appears there).
+
+What a field's range does not bound on its own (how much memory a run needs) is checked by
+:mod:`p2pfed.scenario.budget` before anything is allocated.
 """
 
 from __future__ import annotations
@@ -10,11 +15,21 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+MAX_SEED = 2**32 - 1          # numpy and torch both take it; larger seeds overflow torch's
+MAX_TORCH_THREADS = 256       # more threads than any machine here has cores fail to start
+MAX_MESSAGE_BYTES = 2**31     # 2 GiB: what one ZeroMQ frame and the codec's buffers can hold
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every scenario section: unknown keys and non-finite numbers are errors."""
+
+    model_config = STRICT
+
+
 
 
 class SyntheticSection(Section):
@@ -26,6 +41,13 @@ class SyntheticSection(Section):
     classes_per_device: int | None = Field(None, ge=1)
     separation: float = Field(4.0, gt=0)
     noise: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _classes_fit(self) -> SyntheticSection:
+        if self.classes_per_device is not None and self.classes_per_device > self.num_classes:
+            raise ValueError(f"dataset.synthetic.classes_per_device must not exceed num_classes "
+                             f"({self.num_classes}), got {self.classes_per_device}")
+        return self
 
 
 class PartitionSection(Section):
@@ -89,7 +111,7 @@ class TrainingSection(Section):
 class AlgorithmSection(BaseModel):
     """``name`` plus the method's own keys, checked against that method's options later."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     name: str = "fedsub"
 
     @property
@@ -116,8 +138,8 @@ class TopologySection(Section):
 class EngineSection(Section):
     round_period_s: float = Field(30.0, gt=0)
     participation: float = Field(1.0, gt=0, le=1)
-    max_message_bytes: int = Field(64 * 2**20, ge=1024)
-    torch_threads: int = Field(1, ge=1)
+    max_message_bytes: int = Field(64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
+    torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
 
 
 class DynamicSection(Section):
@@ -159,11 +181,26 @@ class ContactsSection(Section):
 
     @model_validator(mode="after")
     def _trace_needs_file(self) -> ContactsSection:
-        if self.kind == "trace" and (self.file is None or self.format is None):
-            raise ValueError("contacts.file and contacts.format are required when contacts.kind is 'trace'")
+        for key in ("file", "format"):
+            if self.kind == "trace" and getattr(self, key) is None:
+                raise ValueError(f"contacts.{key} is required when contacts.kind is 'trace'")
         if any(x <= 0 for x in self.area_m):
             raise ValueError(f"contacts.area_m sides must be positive, got {self.area_m}")
         return self
+
+    @field_validator("speed_mps")
+    @classmethod
+    def _speed_range(cls, v: list[float]) -> list[float]:
+        if not 0 < v[0] <= v[1]:
+            raise ValueError(f"must be [min, max] with 0 < min <= max, got {v}")
+        return v
+
+    @field_validator("pause_s")
+    @classmethod
+    def _pause_range(cls, v: list[float]) -> list[float]:
+        if not 0 <= v[0] <= v[1]:
+            raise ValueError(f"must be [min, max] with 0 <= min <= max, got {v}")
+        return v
 
 
 class AsynchronousSection(Section):
@@ -199,14 +236,16 @@ class ChurnSection(Section):
     @model_validator(mode="after")
     def _both_or_neither(self) -> ChurnSection:
         if (self.mean_online_s is None) != (self.mean_offline_s is None):
-            raise ValueError("churn.mean_online_s and churn.mean_offline_s go together")
+            given, missing = (("mean_online_s", "mean_offline_s") if self.mean_offline_s is None
+                              else ("mean_offline_s", "mean_online_s"))
+            raise ValueError(f"churn.{missing} is required when churn.{given} is set (they go together)")
         return self
 
 
 class Scenario(Section):
     name: str = "scenario"
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     rounds: int = Field(20, ge=1)
     dataset: DatasetSection = DatasetSection()
     model: ModelSection = ModelSection()

@@ -1,6 +1,17 @@
 """Wire codec and ZeroMQ channels shared by the simulator and real peers."""
 
-from p2pfed.transport.channel import ChannelStats, Mailbox, Outbox, SocketConfigurer, inproc_endpoint, new_namespace
+from p2pfed.transport.channel import (
+    REJECT_MULTIPART,
+    REJECT_OVERSIZED,
+    ChannelStats,
+    Mailbox,
+    Outbox,
+    Rejected,
+    SocketConfigurer,
+    inproc_endpoint,
+    new_namespace,
+    user_id,
+)
 from p2pfed.transport.codec import (
     ALLOWED_DTYPES,
     DEFAULT_MAX_BYTES,
@@ -19,10 +30,14 @@ __all__ = [
     "Mailbox",
     "Message",
     "Outbox",
+    "REJECT_MULTIPART",
+    "REJECT_OVERSIZED",
+    "Rejected",
     "SocketConfigurer",
     "decode",
     "encode",
     "encoded_size",
     "inproc_endpoint",
     "new_namespace",
+    "user_id",
 ]

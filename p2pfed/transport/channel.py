@@ -12,6 +12,13 @@ one ``zmq.Context``.
 Extension point: both classes take ``configure(socket, endpoint)``, called before
 bind/connect. Security (e.g. CURVE keys, a per-peer server key for the Outbox)
 is added there without touching the send/receive paths.
+
+Every message that reaches a Mailbox is either returned by a receive call or
+refused there (multipart, or larger than ``max_bytes``): a refusal is counted in
+``Mailbox.stats`` and handed, as a :class:`Rejected`, to the ``on_reject``
+callback, so the caller can count it as a dropped message with its reason and
+sender. Over tcp/ipc ZeroMQ itself cuts a connection that sends more than
+``max_bytes``; such a message never reaches the mailbox (its sender loses it).
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ __all__ = [
     "ChannelStats",
     "Mailbox",
     "Outbox",
+    "REJECT_MULTIPART",
+    "REJECT_OVERSIZED",
+    "Rejected",
     "SocketConfigurer",
     "inproc_endpoint",
     "new_namespace",
@@ -39,6 +49,8 @@ SocketConfigurer = Callable[[zmq.Socket, str], None]
 """Hook run on each new socket before bind/connect, e.g. to set CURVE keys."""
 
 _ENDPOINT_RE = re.compile(r"(inproc|tcp|ipc)://\S+")
+_TCP_PORT_RE = re.compile(r"tcp://.*:(\d+)")
+MAX_TCP_PORT = 65535
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 ZERO_COPY_MIN_BYTES = 64 * 1024  # below this a copy is cheaper than zero-copy bookkeeping
 
@@ -46,6 +58,9 @@ ZERO_COPY_MIN_BYTES = 64 * 1024  # below this a copy is cheaper than zero-copy b
 def _check_endpoint(endpoint: str) -> str:
     if not isinstance(endpoint, str) or not _ENDPOINT_RE.fullmatch(endpoint):
         raise ValueError(f"endpoint must look like inproc://..., tcp://host:port or ipc://..., got {endpoint!r}")
+    port = _TCP_PORT_RE.fullmatch(endpoint)
+    if port and int(port.group(1)) > MAX_TCP_PORT:  # ZeroMQ would wrap it silently to another port
+        raise ValueError(f"endpoint {endpoint!r}: tcp port must be in 0..{MAX_TCP_PORT}")
     return endpoint
 
 
@@ -65,13 +80,40 @@ def inproc_endpoint(namespace: str, device_id: int) -> str:
 
 @dataclass
 class ChannelStats:
-    """Counters for what a socket dropped or could not deliver (why: surfaced in results)."""
+    """Running totals of what a socket passed on, dropped or could not deliver. A Mailbox also
+    reports each refused message to its ``on_reject`` callback, which is how a caller counts
+    them in its results (with a reason and the sender)."""
 
     received: int = 0
     sent: int = 0
     send_failed: int = 0
     rejected_multipart: int = 0
     rejected_oversized: int = 0
+
+
+REJECT_MULTIPART = "multipart"
+REJECT_OVERSIZED = "oversized"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A message a Mailbox refused before anyone decoded it."""
+
+    reason: str          # REJECT_MULTIPART or REJECT_OVERSIZED
+    nbytes: int          # its size, all parts together
+    sender: str | None   # the ZAP User-Id of its connection (a CURVE peer's id), None if unauthenticated
+
+
+RejectHandler = Callable[[Rejected], None]
+
+
+def user_id(frame: zmq.Frame) -> str | None:
+    """The ZAP User-Id a frame arrived with (set by an authenticator), or None."""
+    try:
+        value = frame.get("User-Id")
+    except (zmq.ZMQError, ValueError, TypeError):
+        return None
+    return value or None
 
 
 class Mailbox:
@@ -85,10 +127,13 @@ class Mailbox:
         rcvhwm: int = 1000,
         max_bytes: int = DEFAULT_MAX_BYTES,
         configure: SocketConfigurer | None = None,
+        on_reject: RejectHandler | None = None,
     ) -> None:
+        """``on_reject`` is called, on the receiving thread, once per refused message."""
         _check_endpoint(endpoint)
         self.max_bytes = max_bytes
         self.stats = ChannelStats()
+        self.on_reject = on_reject
         self._socket: zmq.Socket | None = context.socket(zmq.PULL)
         try:
             self._socket.setsockopt(zmq.LINGER, 0)
@@ -123,15 +168,22 @@ class Mailbox:
             except zmq.Again:
                 return None
             if sock.getsockopt(zmq.RCVMORE):
+                nbytes = len(frame)
                 while sock.getsockopt(zmq.RCVMORE):  # rest of the message is already queued
-                    sock.recv(zmq.NOBLOCK)
+                    nbytes += len(sock.recv(zmq.NOBLOCK, copy=False))
                 self.stats.rejected_multipart += 1
+                self._reject(REJECT_MULTIPART, nbytes, frame)
                 continue
             if len(frame) > self.max_bytes:
                 self.stats.rejected_oversized += 1
+                self._reject(REJECT_OVERSIZED, len(frame), frame)
                 continue
             self.stats.received += 1
             return frame
+
+    def _reject(self, reason: str, nbytes: int, frame: zmq.Frame) -> None:
+        if self.on_reject is not None:
+            self.on_reject(Rejected(reason, nbytes, user_id(frame)))
 
     def receive_frame(self, timeout_ms: int = 0) -> zmq.Frame | None:
         """Like ``receive`` but the zmq.Frame itself, whose ``get("User-Id")`` names the

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p2pfed.engine.contacts.plan import ContactError
+from p2pfed.textfile import not_text
 
 FORMATS = ("one", "interval", "sociopatterns")
 
@@ -44,7 +45,9 @@ def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
                 fields = line.split("#", 1)[0].split()
                 if fields:
                     yield number, fields
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise ContactError(not_text(path, "trace", opener)) from None
+    except (OSError, EOFError) as exc:  # gzip reports a damaged file as OSError or EOFError
         raise ContactError(f"{path}: cannot read trace: {exc}") from None
 
 

@@ -1,0 +1,70 @@
+"""Checks that need more than the schema, run before any work: the files a scenario names read
+cleanly with the readers the run uses, and the run fits in memory.
+
+Why: ``p2pfed validate`` must find a damaged topology, trace or data file, and ``run`` must
+refuse it before training anything, each as one line naming the scenario file, the field and
+the damaged file (with its line where the format has lines). The readers themselves name the
+file; this module adds the scenario file and field in front.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from p2pfed.engine.contacts.plan import ContactError
+from p2pfed.engine.contacts.traces import map_nodes, read_trace
+from p2pfed.network.topology import TopologyError, read_topology_file
+from p2pfed.scenario.budget import device_count, memory_problems
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+
+
+def check_dataset_file(loaded: LoadedScenario, path: Path) -> None:
+    """The packaged-format WISDM file (.npz or .arff) a scenario names, and its users."""
+    from p2pfed.data.wisdm import load_arrays, select_users  # numpy/arff only when a file is named
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # skipped ARFF lines are reported when the run loads them
+        arrays, source = load_arrays(path)
+    select_users(arrays["user"], loaded.scenario.dataset.users, source)
+
+
+def file_problems(loaded: LoadedScenario) -> list[str]:
+    """One 'scenario: field: problem' line per file that its reader refuses."""
+    sc, problems = loaded.scenario, []
+    known_devices = sc.dataset.name == "synthetic" or sc.dataset.path is None
+
+    def check(field: str, read) -> None:
+        try:
+            read()
+        except (ValueError, OSError) as exc:  # every reader raises a ValueError naming the file
+            problems.append(f"{loaded.source}: {field}: {exc}")
+
+    if sc.dataset.name == "wisdm" and sc.dataset.path is not None:
+        check("dataset.path", lambda: check_dataset_file(loaded, loaded.resolve(sc.dataset.path)))
+    if sc.topology.kind == "file" and sc.contacts.kind in ("none", "static"):
+        def topology() -> None:
+            path = loaded.resolve(sc.topology.file)
+            nodes = read_topology_file(path).number_of_nodes()
+            if known_devices and nodes != device_count(sc):
+                raise TopologyError(f"{path}: has {nodes} nodes but the scenario has "
+                                    f"{device_count(sc)} devices")
+        check("topology.file", topology)
+    if sc.contacts.kind == "trace":
+        def trace() -> None:
+            path = loaded.resolve(sc.contacts.file)
+            contacts = read_trace(path, sc.contacts.format, window_s=sc.contacts.window_s)
+            if not contacts:
+                raise ContactError(f"{path}: the trace holds no contacts")
+            if known_devices:
+                map_nodes(contacts, device_count(sc), sc.contacts.nodes,
+                          allow_mismatch=sc.contacts.allow_node_mismatch, source=str(path))
+        check("contacts.file", trace)
+    return problems
+
+
+def preflight(loaded: LoadedScenario) -> None:
+    """Raise ScenarioError with every problem found, one line each; silent when all is well."""
+    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source)
+    if problems:
+        raise ScenarioError(problems)

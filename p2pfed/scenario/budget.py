@@ -1,0 +1,143 @@
+"""Will a scenario fit in memory? A lower-bound estimate per field, checked before anything runs.
+
+Why: the schema bounds each number on its own, but memory grows with products of them (rounds,
+devices, layer widths, simulated steps). A run that cannot fit must be refused at once, naming
+the field, instead of failing hours later with an allocator's traceback or silently swapping.
+
+Every estimate here is a deliberate *lower bound* (the bytes the named structure needs at the
+least, ignoring Python's and PyTorch's overheads), so a refusal is certain to be right; a run
+that passes may still need more. The number of devices is known without reading data for the
+synthetic set and the packaged WISDM file (36 users, or ``dataset.users``); a user's own WISDM
+file is assumed to hold WISDM's 36 users unless ``dataset.users`` says how many.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2pfed.scenario.schema import Scenario
+
+WISDM_USERS = 36
+WISDM_FEATURES, WISDM_RAW_FEATURES, WISDM_CLASSES = 43, 3, 6
+DEFAULT_CONTACT_DURATION_S = 3600.0   # what the contact builders use when duration_s is unset
+
+FLOAT32, FLOAT64 = 4, 8
+MODEL_COPIES = 3            # weights, gradients and at least one copy received from a peer
+ROUND_TALLY_BYTES = 400     # one round's traffic counters in the recorder
+EVALUATION_ROW_BYTES = 500  # one rounds.csv row held until the results are written
+WAYPOINT_PAIR_STEP_BYTES = 42  # per device pair and position sample: two float64 differences,
+                               # one float64 distance and three int8/bool flags
+CONTACT_BYTES = 150         # one Contact record
+KMEANS_MIN_K = 2            # FedSub's K sweep starts at 2 clusters
+
+
+@dataclass(frozen=True)
+class Estimate:
+    field: str     # the scenario field the user would change
+    nbytes: float
+    what: str      # how the figure was reached, for the message
+
+
+def device_count(sc: Scenario) -> int:
+    """The federation's size as far as it is known before reading data (see the module doc)."""
+    ds = sc.dataset
+    if ds.name == "synthetic":
+        return ds.synthetic.num_devices
+    return len(set(ds.users)) if ds.users else WISDM_USERS
+
+
+def _features_and_classes(sc: Scenario) -> tuple[int, int]:
+    ds = sc.dataset
+    if ds.name == "synthetic":
+        return ds.synthetic.num_features, ds.synthetic.num_classes
+    return (WISDM_RAW_FEATURES if ds.name == "wisdm-raw" else WISDM_FEATURES), WISDM_CLASSES
+
+
+def model_parameters(sc: Scenario) -> int:
+    """Weights and biases of the scenario's MLP."""
+    features, classes = _features_and_classes(sc)
+    sizes = [features, *sc.model.hidden, classes]
+    return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def estimates(sc: Scenario) -> list[Estimate]:
+    """The lower-bound memory of each structure whose size a scenario field drives."""
+    n = device_count(sc)
+    params = model_parameters(sc)
+    out = [Estimate("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
+                    f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes")]
+    restarts = sc.algorithm.options.get("kmeans_n_init") if sc.algorithm.name == "fedsub" else None
+    if isinstance(restarts, int):
+        # All restarts run as one batch: at least 2 centres of the prototype dimension each.
+        dim = sc.model.hidden[-1]
+        out.append(Estimate("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64,
+                            f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
+                            f"× {FLOAT64} bytes"))
+    if sc.dataset.name == "synthetic":
+        s = sc.dataset.synthetic
+        held = s.classes_per_device or s.num_classes
+        values = s.num_devices * held * s.samples_per_class * s.num_features
+        out.append(Estimate("dataset.synthetic", values * FLOAT64,
+                            f"num_devices × classes held × samples_per_class × num_features = "
+                            f"{values:.3g} float64 values"))
+    if sc.contacts.kind == "none":
+        evaluations = sc.rounds / sc.evaluation.every
+        out.append(Estimate("rounds", sc.rounds * ROUND_TALLY_BYTES + evaluations * EVALUATION_ROW_BYTES,
+                            f"{sc.rounds:.3g} rounds of traffic tallies and {evaluations:.3g} evaluation rows"))
+        return out
+    c = sc.contacts
+    duration = c.duration_s or DEFAULT_CONTACT_DURATION_S
+    pairs = n * (n - 1) / 2
+    if c.kind == "random-waypoint":
+        steps = duration / c.step_s + 1
+        out.append(Estimate("contacts.step_s", steps * pairs * WAYPOINT_PAIR_STEP_BYTES,
+                            f"contacts.duration_s / contacts.step_s = {steps:.3g} position samples × "
+                            f"{pairs:.3g} device pairs"))
+    elif c.kind == "poisson":
+        contacts = pairs * duration / (c.mean_intercontact_s + c.mean_duration_s)
+        out.append(Estimate("contacts.mean_intercontact_s", contacts * CONTACT_BYTES,
+                            f"about {contacts:.3g} contacts ({pairs:.3g} device pairs over "
+                            f"contacts.duration_s = {duration:g} s)"))
+    if sc.evaluation.every_s is not None:
+        evaluations = duration / sc.evaluation.every_s
+        out.append(Estimate("evaluation.every_s", evaluations * EVALUATION_ROW_BYTES,
+                            f"{evaluations:.3g} evaluation rows"))
+    return out
+
+
+def available_memory() -> int | None:
+    """This machine's physical memory, or the container's limit when lower (None: unknown)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return total
+
+
+def memory_problems(sc: Scenario, source: str, available: int | None = None) -> list[str]:
+    """One 'file: field: problem' line per structure that alone would not fit in memory."""
+    available = available_memory() if available is None else available
+    if available is None:
+        return []
+    return [f"{source}: {e.field}: the run would need at least {format_bytes(e.nbytes)} of memory "
+            f"({e.what}), more than the {format_bytes(available)} this machine has"
+            for e in estimates(sc) if e.nbytes > available]
+
+
+def format_bytes(n: float) -> str:
+    if not math.isfinite(n):
+        return f"{n} bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"

@@ -1,0 +1,278 @@
+"""p2pfed sweep / report: grids on Dask, same numbers with any number of workers, resume, failures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2pfed.cli.main import main
+from p2pfed.sweep.aggregate import mean_ci
+from p2pfed.sweep.cells import expand
+from p2pfed.sweep.spec import SweepError, SweepSpec, read_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"rounds": 2, "dataset.synthetic.num_devices": 4, "dataset.synthetic.samples_per_class": 15,
+        "model.hidden": [8, 16]}
+
+
+def write_sweep(folder: Path, name: str = "tiny", **fields) -> Path:
+    data = {"name": name, "scenario": str(ROOT / "scenarios" / "synthetic-small.yaml"),
+            "methods": ["fedsub", "gossip-avg"], "seeds": [1, 2], "set": TINY,
+            "grid": {"training.lr": [0.05, 0.1]}, **fields}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def rows(path: Path, drop: tuple[str, ...] = ("wall_time_s",)) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(fh)]
+
+
+@pytest.fixture(scope="module")
+def two_worker_sweep(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny sweep (2 methods x 2 learning rates x 2 seeds = 8 cells) run once on 2 workers."""
+    folder = tmp_path_factory.mktemp("sweep")
+    sweep = write_sweep(folder)
+    out = folder / "out2"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--quiet"]) == 0
+    return sweep, out
+
+
+def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, capsys):
+    sweep, out2 = two_worker_sweep
+    out1 = tmp_path / "out1"
+    assert main(["sweep", str(sweep), "--out", str(out1), "--workers", "1", "--quiet"]) == 0
+    one, two = rows(out1 / "sweep.csv"), rows(out2 / "sweep.csv")
+    assert len(one) == 8 and all(r["status"] == "done" for r in one)
+    assert one == two                                   # every number, cell hash and seed, wall time aside
+    assert len({r["f1_macro_mean"] for r in one}) > 1   # and they are not all the same number
+    assert (out1 / "summary.csv").read_text() == (out2 / "summary.csv").read_text()
+    # each cell folder is exactly what `p2pfed run` writes
+    for r in one:
+        assert {p.name for p in (out1 / "cells" / r["cell"]).iterdir()} == \
+            {"rounds.csv", "devices.csv", "summary.json", "plot.png"}
+    assert "2 Dask worker" not in capsys.readouterr().err  # this one ran on 1 worker
+
+
+def test_a_cell_equals_p2pfed_run_of_its_scenario(two_worker_sweep, tmp_path):
+    _, out = two_worker_sweep
+    first = rows(out / "sweep.csv")[0]
+    cell = out / "cells" / first["cell"]
+    sets = [f"{k}={json.dumps(v)}" for k, v in TINY.items()] + [f"training.lr={first['training.lr']}"]
+    args = ["run", str(ROOT / "scenarios" / "synthetic-small.yaml"), "--algorithm", first["method"],
+            "--seed", first["seed"], "--out", str(tmp_path / "run"), "--quiet"]
+    assert main(args + sum((["--set", s] for s in sets), [])) == 0
+    assert rows(tmp_path / "run" / "rounds.csv") == rows(cell / "rounds.csv")
+    assert rows(tmp_path / "run" / "devices.csv") == rows(cell / "devices.csv")
+    mine, theirs = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "run", cell))
+    assert mine["config"] == theirs["config"] and mine["final"] == theirs["final"]
+
+
+def test_summary_has_t_intervals_over_seeds(two_worker_sweep):
+    _, out = two_worker_sweep
+    cells = rows(out / "sweep.csv")
+    summary = rows(out / "summary.csv")
+    assert [(r["method"], r["training.lr"]) for r in summary] == \
+        [("fedsub", "0.05"), ("fedsub", "0.1"), ("gossip-avg", "0.05"), ("gossip-avg", "0.1")]
+    for s in summary:
+        f1 = [float(c["f1_macro_mean"]) for c in cells
+              if (c["method"], c["training.lr"]) == (s["method"], s["training.lr"])]
+        mean, std, low, high = mean_ci(f1)
+        assert s["n"] == "2" and s["failed"] == "0"
+        assert float(s["f1_mean"]) == pytest.approx(sum(f1) / 2, abs=1e-6)
+        assert float(s["f1_ci_low"]) == pytest.approx(low, abs=1e-6)
+        assert low < mean < high
+        assert float(s["f1_ci_high"]) == pytest.approx(high, abs=1e-6)
+    assert (out / "sweep.png").stat().st_size > 1000 and (out / "f1_curves.png").stat().st_size > 1000
+
+
+def test_mean_ci_is_students_t_interval():
+    mean, std, low, high = mean_ci([1.0, 2.0, 3.0])
+    assert (mean, std) == (2.0, 1.0)
+    # t(0.975, df=2) = 4.302653; half-width = 4.302653 / sqrt(3)
+    assert low == pytest.approx(2 - 2.484138, abs=1e-5) and high == pytest.approx(2 + 2.484138, abs=1e-5)
+    assert mean_ci([0.5])[0] == 0.5 and all(x != x for x in mean_ci([0.5])[1:])  # one seed: no spread
+    assert mean_ci([0.5, 0.5]) == (0.5, 0.0, 0.5, 0.5)
+
+
+def test_report_rebuilds_the_same_files(two_worker_sweep, tmp_path, capsys):
+    _, out = two_worker_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    for name in ("sweep.csv", "summary.csv", "sweep.png", "f1_curves.png"):
+        (copy / name).unlink()
+    capsys.readouterr()
+    assert main(["report", str(copy)]) == 0
+    assert "fedsub" in capsys.readouterr().out
+    assert (copy / "sweep.csv").read_text() == (out / "sweep.csv").read_text()
+    assert (copy / "summary.csv").read_text() == (out / "summary.csv").read_text()
+    assert main(["report", str(tmp_path)]) == 2  # not a sweep folder
+
+
+def test_resume_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
+    sweep, out = two_worker_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    before = rows(copy / "sweep.csv", drop=())
+    gone = [before[1]["cell"], before[6]["cell"]]
+    for cell in gone:
+        shutil.rmtree(copy / "cells" / cell)
+    stamps = {d.name: (d / "summary.json").stat().st_mtime_ns for d in (copy / "cells").iterdir()}
+    capsys.readouterr()
+    assert main(["sweep", str(sweep), "--out", str(copy), "--quiet"]) == 2  # refused without --resume
+    assert "--resume" in capsys.readouterr().err
+    assert main(["sweep", str(sweep), "--out", str(copy), "--workers", "1", "--resume", "--quiet"]) == 0
+    assert "8 cells, 6 already done, 2 to run" in capsys.readouterr().err
+    for name, stamp in stamps.items():   # the finished cells were not run again
+        assert (copy / "cells" / name / "summary.json").stat().st_mtime_ns == stamp
+    after = rows(copy / "sweep.csv", drop=())
+    assert [r["wall_time_s"] for r in after if r["cell"] not in gone] == \
+        [r["wall_time_s"] for r in before if r["cell"] not in gone]
+    assert rows(copy / "sweep.csv") == rows(out / "sweep.csv")  # the rerun cells give the same numbers
+
+
+def test_a_failing_cell_is_recorded_and_the_others_complete(tmp_path, capsys):
+    # a random 3-regular graph on 5 devices cannot exist: that cell raises when it builds its graph
+    sweep = write_sweep(tmp_path, name="failing", methods=["gossip-avg"], seeds=[1],
+                        set={**TINY, "dataset.synthetic.num_devices": 5, "topology.kind": "random-regular"},
+                        grid={"topology.degree": [2, 3, 4]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    table = {r["topology.degree"]: r for r in rows(out / "sweep.csv")}
+    assert [table[d]["status"] for d in ("2", "3", "4")] == ["done", "failed", "done"]
+    assert "degree=3 impossible for 5 devices" in table["3"]["error"]
+    assert table["3"]["f1_macro_mean"] == "" and float(table["4"]["f1_macro_mean"]) > 0
+    assert f"failed: {table['3']['cell']}" in err
+    assert "Traceback" in (out / "failed" / f"{table['3']['cell']}.txt").read_text()  # kept for the user
+    summary = {r["topology.degree"]: r for r in rows(out / "summary.csv")}
+    assert (summary["3"]["n"], summary["3"]["failed"]) == ("0", "1")
+
+
+def test_bad_sweep_file_is_refused_one_line_per_problem(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({
+        "scenario": str(ROOT / "scenarios" / "synthetic-small.yaml"), "methods": ["fedsub", "nosuch"],
+        "seeds": [1, 1], "colour": "blue", "grid": {"seed": [1, 2]}}))
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "out")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"{bad}: seeds: each entry may appear once, got [1, 1]",
+        f"{bad}: grid: 'seed' is set by the sweep's 'seeds' list, not here",
+        f"{bad}: colour: unknown key",
+        f"{bad}: methods.1: unknown algorithm 'nosuch'; choose one of: ditto, fedclar, fedhome, fedper, "
+        "fedproto, fedprox, fedrep, fedsub, gossip-avg, local, protohar"]
+    assert not (tmp_path / "out").exists()
+
+    values = write_sweep(tmp_path, name="values", methods=["fedsub", "fedprox"],
+                         set={**TINY, "rounds": 0, "algorithm.nope": 1},
+                         grid={"topology.k": [4, 1], "algorithm.mu": [0.1, -2]})
+    assert main(["sweep", str(values), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{values}: set.algorithm.nope: no method of this sweep (fedsub, fedprox) has the option 'nope'"]
+    values = write_sweep(tmp_path, name="values", methods=["fedsub", "fedprox"],
+                         set={**TINY, "rounds": 0}, grid={"topology.k": [4, 1], "algorithm.mu": [0.1, -2]})
+    assert main(["sweep", str(values), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{values}: set.rounds: Input should be greater than or equal to 1 (got 0)",
+        f"{values}: grid.topology.k[1]: Input should be greater than or equal to 2 (got 1)",
+        f"{values}: grid.algorithm.mu[1]: Input should be greater than or equal to 0 (got -2)"]
+    assert main(["sweep", str(tmp_path / "nope.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"{tmp_path / 'nope.yaml'}: sweep file not found"
+    assert main(["sweep", str(values), "--workers", "0"]) == 2
+
+
+def test_cells_are_keyed_by_the_resolved_scenario(tmp_path):
+    # lr 0.05 is synthetic-small's own value: the same resolved scenario, the same cell
+    same = expand(read_sweep(write_sweep(tmp_path, grid={"training.lr": [0.05]})))
+    plain = expand(read_sweep(write_sweep(tmp_path, name="plain", grid={})))
+    assert [p.cell.id for p in same] == [p.cell.id for p in plain]
+    other = expand(read_sweep(write_sweep(tmp_path, grid={"training.lr": [0.1]})))
+    assert not {p.cell.id for p in other} & {p.cell.id for p in plain}
+    # gossip-avg has no min_cluster_size: its two points share one cell; fedsub's do not
+    shared = expand(read_sweep(write_sweep(tmp_path, seeds=[1], grid={"algorithm.min_cluster_size": [1, 2]})))
+    assert len(shared) == 4 and len({p.cell.id for p in shared}) == 3
+    fedsub = [p.cell for p in shared if p.method == "fedsub"]
+    assert fedsub[0].folder.startswith("fedsub-") and fedsub[0].id != fedsub[1].id
+
+
+def test_shipped_sweeps_expand(repo_root):
+    files = sorted((repo_root / "sweeps").glob("*.yaml"))
+    assert files
+    for f in files:
+        assert expand(read_sweep(f)), f
+
+
+def test_reference_documents_every_sweep_key(repo_root):
+    doc = (repo_root / "scenarios" / "REFERENCE.md").read_text()
+    keys = [info.alias or name for name, info in SweepSpec.model_fields.items()]
+    assert not [k for k in keys if f"`{k}`" not in doc.split("## Sweep files", 1)[1]]
+
+
+def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, tmp_path):
+    """A `dask scheduler` and two `dask worker` processes started apart from p2pfed, on 127.0.0.1."""
+    sweep, out2 = two_worker_sweep
+    dask = [sys.executable, "-m", "dask"]
+    address_file = tmp_path / "scheduler.json"
+    logs = (tmp_path / "dask.log").open("w")
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--dashboard-address", ":0", "--scheduler-file", str(address_file)],
+                              stdout=logs, stderr=logs)]
+    try:
+        deadline = time.monotonic() + 120
+        while not address_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _ in range(2):
+            procs.append(subprocess.Popen([*dask, "worker", "--scheduler-file", str(address_file),
+                                           "--nworkers", "1", "--nthreads", "1", "--host", "127.0.0.1"],
+                                          stdout=logs, stderr=logs))
+        address = json.loads(address_file.read_text())["address"]
+        from distributed import Client
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+        out = tmp_path / "out"
+        done = subprocess.run([sys.executable, "-m", "p2pfed.cli.main", "sweep", str(sweep), "--out", str(out),
+                               "--scheduler", address, "--quiet"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert f"2 Dask worker(s) on {address}" in done.stderr
+        assert rows(out / "sweep.csv") == rows(out2 / "sweep.csv")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+        logs.close()
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-sweep, then --resume."""
+    sweep = write_sweep(tmp_path, set={**TINY, "rounds": 8})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "p2pfed.cli.main", "sweep", str(sweep), "--out", str(out), "--quiet"]
+    p = subprocess.Popen([*cmd, "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not any(
+            not d.name.startswith(".") for d in (out / "cells").glob("*")):
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "--resume` runs the rest" in err
+    done = [d.name for d in (out / "cells").iterdir() if not d.name.startswith(".")]
+    assert 1 <= len(done) < 8
+    again = subprocess.run([*cmd, "--workers", "2", "--resume"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(done)} already done, {8 - len(done)} to run" in again.stderr
+    assert all(r["status"] == "done" for r in rows(out / "sweep.csv"))
