@@ -8,10 +8,11 @@ Runs (each: the embedded quickstart, 30 rounds), from the worktree root:
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.k_rule=literal --out RUNS/klit-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --out RUNS/kmin-s$s            # the defaults
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.exchange=two-phase --out RUNS/twophase-s$s
+      p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.exchange=two-phase \
+        --set algorithm.float16=true --out RUNS/tpf16-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --algorithm gossip-avg --out RUNS/gossip-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.fusion=leadership --out RUNS/lead-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.fusion=cluster-avg --out RUNS/cavg-s$s
-      p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.score=size-accuracy --out RUNS/ssa-s$s
     done
     python bench/fedsub_science.py RUNS
 """
@@ -28,8 +29,8 @@ from scipy import stats
 
 STATS = ("k_mean", "literal_k_mean", "cluster_size_mean", "fusions_with_mate_fraction",
          "subnet_message_bytes", "subnet_message_bytes_paper_style")
-PAIRS = [("kmin", "klit"), ("twophase", "gossip"), ("twophase", "kmin"), ("kmin", "lead"), ("kmin", "cavg"),
-         ("lead", "cavg"), ("ssa", "kmin")]
+PAIRS = [("kmin", "klit"), ("twophase", "gossip"), ("twophase", "kmin"), ("tpf16", "gossip"), ("tpf16", "kmin"),
+         ("kmin", "lead"), ("kmin", "cavg"), ("cavg", "lead")]
 
 
 def ci(values: list[float]) -> str:
