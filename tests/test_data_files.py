@@ -207,11 +207,20 @@ def test_validate_and_run_refuse_a_malformed_csv(tmp_path, capsys):
     sc = _scenario(tmp_path, data)
     assert main(["validate", str(sc)]) == 2
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == [f"{data}: column 'f1': 'high' is not a number (line 6); every column but 'label' "
-                   f"and 'device' must be numeric"]
+    assert out == [f"{sc}: dataset.path: {data}: column 'f1': 'high' is not a number (line 6); every "
+                   f"column but 'label' and 'device' must be numeric"]
     assert main(["run", str(sc), "--quiet", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert f"{data}: column 'f1': 'high' is not a number (line 6)" in err and "Traceback" not in err
+
+
+def test_a_file_that_is_not_an_npz_is_named_with_the_field(tmp_path, capsys):
+    data = tmp_path / "own.npz"
+    data.write_bytes(b"x,label\n1,a\n")
+    sc = _scenario(tmp_path, data)
+    assert main(["validate", str(sc)]) == 2
+    assert capsys.readouterr().out.strip().splitlines() == [
+        f"{sc}: dataset.path: {data}: not an .npz file (an .npz is a zip archive of .npy arrays)"]
 
 
 def test_validate_reads_a_good_file(tmp_path, capsys):
@@ -230,9 +239,9 @@ def test_impossible_partition_is_a_scenario_error(tmp_path):
 @pytest.mark.parametrize("overrides, expected", [
     (["dataset.name=digits"], "digits has no devices of its own"),
     (["dataset.partition.kind=iid"], "only 'natural' for dataset 'wisdm'"),
-    (["dataset.name=files"], "dataset.path is required for dataset 'files'"),
+    (["dataset.name=files"], "dataset.path: is required for dataset 'files'"),
     (["dataset.name=digits", "dataset.partition.kind=iid", "dataset.label_column=device"],
-     "device_column and dataset.label_column must differ"),
+     "dataset.label_column: must differ from dataset.device_column"),
 ])
 def test_schema_refuses_inconsistent_dataset_keys(overrides, expected):
     with pytest.raises(ScenarioError, match=expected):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from p2pfed.algorithms import ALGORITHMS, Received
-from p2pfed.device import Intake, IntakeRules, encode_share, load_checkpoint, save_checkpoint
+from p2pfed.device import Held, Intake, IntakeRules, encode_share, load_checkpoint, save_checkpoint
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
@@ -165,6 +165,23 @@ def test_intake_ignores_a_peer_after_too_many_bad_messages():
     assert ignored == [1] and intake.ignored == {1}
     assert intake.take(encode_share(kind, 1, 0, 0.0, payload, 2**24), link=1, now=0.0, round=0) is None
     assert rec.drop_reasons["ignored"] == 1
+
+
+def test_a_peer_holds_a_faster_neighbours_later_round_until_it_gets_there(tmp_path):
+    """Real peers fuse in round r what was shared up to r-1, however skewed their clocks: a
+    message from a later round waits (also across a checkpoint) instead of entering the cache."""
+    intake, rec, payload, kind = _intake(hold_later_rounds=True)
+    ahead = encode_share(kind, 1, 3, 0.0, payload, 2**24)
+    held = intake.take(ahead, link=1, now=0.0, round=1)
+    assert held == Held(sender=1, round=3) and not intake.algorithm.cache
+    assert intake.release(2, now=0.0) == [] and not intake.algorithm.cache
+    save_checkpoint(tmp_path / "c.pt", "peer", "f", {"intake": intake.state_dict()})
+    restored, rec2, _, _ = _intake(hold_later_rounds=True)
+    restored.load_state_dict(load_checkpoint(tmp_path / "c.pt", "peer", "f")["intake"])
+    (item,) = restored.release(3, now=0.0)
+    assert item.sender == 1 and item.round == 3 and restored.algorithm.cache[1] is item
+    assert restored.held == [] and rec2.devices[0].messages_received == 1
+    assert sum(rec.drop_reasons.values()) == sum(rec2.drop_reasons.values()) == 0
 
 
 # -- layers ---------------------------------------------------------------------------------------

@@ -121,6 +121,21 @@ def test_only_allowlisted_keys_get_through_and_identity_is_checked(tmp_path, ctx
         peer.close()
 
 
+def test_frames_the_mailbox_refuses_are_counted_against_their_curve_sender(tmp_path, ctx):
+    """A multipart frame never reaches the intake's decoder, yet it is a counted drop with a
+    reason, charged to the authenticated peer that sent it."""
+    peer = live_peer(tmp_path)
+    try:
+        _, good = valid_message(sender=1)
+        one = client(ctx, peer.config.listen, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
+        one.send_multipart([b"a" * 10, b"b" * 20])
+        send_and_handle(peer, one, good)
+        assert count(peer) == (1, 1)
+        assert peer.drop_reasons == {"transport:multipart": 1} and peer.bad == {1: 1}
+    finally:
+        peer.close()
+
+
 def test_a_peer_sending_bad_messages_is_ignored_after_the_threshold(tmp_path, ctx, caplog):
     peer = live_peer(tmp_path, max_bad_messages=3)
     try:

@@ -6,7 +6,7 @@ Importing this package registers every method, so scenario names resolve.
 from p2pfed.algorithms.base import (ALGORITHMS, Algorithm, ArtifactError, DeviceContext, Options,
                                     Payload, Received, algorithm_class, register)
 from p2pfed.algorithms import (  # noqa: F401  (registration)
-    ditto, fedclar, fedhome, fedper, fedprox, fedproto, fedrep, fedsub, gossip_avg, local, protohar)
+    ditto, fedclar, fedhome, fedper, fedprox, fedproto, fedrep, fedsub, gossip_avg, local, protohar, safl)
 
 __all__ = ["ALGORITHMS", "Algorithm", "ArtifactError", "DeviceContext", "Options", "Payload",
            "Received", "algorithm_class", "register"]

@@ -197,6 +197,8 @@ def read_npz(path: Path, label_column: str, device_column: str | None) -> RawTab
     """Arrays ``x`` (samples x features), the label array (``label_column``) and, when asked,
     the device array (``device_column``); loaded without pickle."""
     wanted = ["x", label_column] + ([device_column] if device_column is not None else [])
+    if not zipfile.is_zipfile(path):
+        raise DataError([f"{path}: not an .npz file (an .npz is a zip archive of .npy arrays)"])
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in wanted if k not in archive.files]

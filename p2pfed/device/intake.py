@@ -14,6 +14,12 @@ algorithm's cache:
 7. the algorithm's own check against the local model (``receive`` → ``check_payload``).
 
 A peer whose messages fail more than ``max_bad_messages`` times is ignored from then on.
+
+With ``hold_later_rounds`` (real peers in synchronous rounds) a message that passed checks 1–3
+but comes from a round after the receiver's current one (a faster neighbour already sharing its
+next round) is held, undecoded, and taken in by ``release`` when the receiver reaches that round:
+a device fuses in round r what its neighbours shared up to round r−1, as in the simulator,
+whatever the wall-clock skew between peers.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
 from p2pfed.device.wire import RELAY_KEY
@@ -43,6 +51,15 @@ class IntakeRules:
     num_devices: int | None = None       # relay origins must be ids below this (None: any id)
     max_bad_messages: int | None = None  # a peer failing more often is ignored (None: never)
     contain_errors: bool = False         # an unexpected error in a check drops instead of raising
+    hold_later_rounds: bool = False      # hold messages from rounds after the current one (see above)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A checked message from a later round, kept until the receiver reaches it."""
+
+    sender: int
+    round: int
 
 
 class Refused(Exception):
@@ -70,11 +87,13 @@ class Intake:
         self.on_ignore = on_ignore
         self.bad: Counter = Counter()   # failures per (authenticated or claimed) peer id
         self.ignored: set[int] = set()
+        self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
-    def take(self, data: bytes, *, link: int | None, now: float, round: int) -> Received | None:
+    def take(self, data: bytes, *, link: int | None, now: float, round: int) -> Received | Held | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
-        claimed sender is the best attribution there is) and cache it; ``round``: the round, or
-        evaluation interval, a drop is counted in."""
+        claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
+        current round (or evaluation interval), the one a drop is counted in. Returns the cached
+        item, ``Held`` for a later round's message (see ``hold_later_rounds``), None if dropped."""
         who = link
         try:
             if who is not None and who in self.ignored:
@@ -91,6 +110,9 @@ class Intake:
                 raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
+            if self.rules.hold_later_rounds and msg.round > round:
+                self.held.append((msg.round, link, bytes(data)))
+                return Held(msg.sender, msg.round)
             item = self._check(msg, now)
         except Refused as exc:
             self._drop(who, round, exc.reason, str(exc))
@@ -103,6 +125,13 @@ class Intake:
             return None
         self.recorder.delivered(self.device, len(data))
         return item
+
+    def release(self, up_to_round: int, now: float) -> list[Received]:
+        """Take in the held messages of rounds up to ``up_to_round``; those still later stay held."""
+        due = [h for h in self.held if h[0] <= up_to_round]
+        self.held = [h for h in self.held if h[0] > up_to_round]
+        taken = [self.take(data, link=link, now=now, round=up_to_round) for _, link, data in due]
+        return [item for item in taken if isinstance(item, Received)]
 
     def refuse(self, link: int | None, round: int, reason: str, detail: str = "") -> None:
         """Count a frame the transport refused before it could be decoded (oversized, multipart)."""
@@ -157,8 +186,13 @@ class Intake:
 
     # -- state (a real peer's checkpoint) ------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"bad": {str(k): v for k, v in self.bad.items()}, "ignored": sorted(self.ignored)}
+        # Held frames as byte tensors: a checkpoint loads with torch's weights-only reader.
+        held = [{"round": r, "link": -1 if link is None else link,
+                 "frame": torch.frombuffer(bytearray(data), dtype=torch.uint8)} for r, link, data in self.held]
+        return {"bad": {str(k): v for k, v in self.bad.items()}, "ignored": sorted(self.ignored), "held": held}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.bad = Counter({int(k): v for k, v in state["bad"].items()})
         self.ignored = set(state["ignored"])
+        self.held = [(int(h["round"]), None if h["link"] < 0 else int(h["link"]), h["frame"].numpy().tobytes())
+                     for h in state.get("held", [])]

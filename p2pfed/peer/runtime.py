@@ -24,7 +24,8 @@ from typing import Any
 import torch
 import zmq
 
-from p2pfed.device import (DeviceLoop, Intake, IntakeRules, full_model_bytes, load_checkpoint,
+from p2pfed.algorithms import Received
+from p2pfed.device import (DeviceLoop, Held, Intake, IntakeRules, full_model_bytes, load_checkpoint,
                            save_checkpoint)
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.data import load_own_data
@@ -89,7 +90,8 @@ class Peer:
                                visible_classes=self.visible_classes)
         self.intake = Intake(cfg.id, self.algo, self.recorder,
                              IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
-                                         max_bad_messages=cfg.max_bad_messages, contain_errors=True),
+                                         max_bad_messages=cfg.max_bad_messages, contain_errors=True,
+                                         hold_later_rounds=True),
                              is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
@@ -167,9 +169,13 @@ class Peer:
         item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
         if item is None:
             return False
+        self._heard(item)
+        return True
+
+    def _heard(self, item: Received | Held) -> None:
+        """A neighbour's artifact of ``item.round`` is in (cached, or held for a later round)."""
         self.latest[item.sender] = max(self.latest.get(item.sender, -1), item.round)
         self.absent.discard(item.sender)
-        return True
 
     def _rejected(self, rejected: Rejected) -> None:
         """A frame the mailbox refused before decoding (oversized, multipart): a counted drop."""
@@ -260,6 +266,8 @@ class Peer:
         for r in range(self.next_round, sc.rounds):
             round_end = time.monotonic() + self.config.round_period_s
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
+            for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
+                self._heard(item)
             outgoing = self.loop.act(r, evaluate=evaluate)
             for out in outgoing:
                 self._share(out.data, r, to=out.to)

@@ -34,7 +34,7 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
         try:
             return load_dataset(ds.name, **common, scaling=ds.scaling, partition_spec=spec, **own)
         except DataError as exc:
-            raise ScenarioError(exc.problems) from None
+            raise ScenarioError([f"{loaded.source}: dataset.path: {p}" for p in exc.problems]) from None
         except PartitionError as exc:
             raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
     if ds.name == "wisdm":
@@ -53,7 +53,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     sc = loaded.scenario
     device = dataset.devices[device_id] if device is None else device
     model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden,
-                        seed=int_seed(sc.seed, "model-init"))
+                        seed=int_seed(sc.seed, "model-init"), unit_gates=sc.model.unit_gates)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),

@@ -84,7 +84,7 @@ class DatasetSection(Section):
             raise ValueError(f"dataset.partition.kind: only 'natural' for dataset {self.name!r} "
                              f"(partitioners split 'digits' or 'files')")
         if self.device_column == self.label_column:
-            raise ValueError("dataset.device_column and dataset.label_column must differ")
+            raise ValueError("dataset.label_column must differ from dataset.device_column")
         if self.class_names is not None and len(set(self.class_names)) != len(self.class_names):
             raise ValueError("dataset.class_names must not repeat a name")
         return self
@@ -92,6 +92,7 @@ class DatasetSection(Section):
 
 class ModelSection(Section):
     hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1)
+    unit_gates: bool = False   # a scaling factor on every hidden unit (SAFL adds them itself)
 
     @model_validator(mode="after")
     def _positive(self) -> ModelSection:

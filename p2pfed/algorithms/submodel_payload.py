@@ -1,0 +1,64 @@
+"""A pruned sub-model on the wire: only the kept units' parameters, plus one bit per hidden unit.
+
+SAFL sends the small pruned model, not the full one (Sec. III-D: a pruned model of rate r costs
+(1 - r) M). For an MLP that is, per layer, the rows of the kept output units restricted to the
+columns of the kept input units, their biases and gates, and the keep masks packed 8 units per
+byte so the receiver can put every value back in place (``decode_submodel``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from p2pfed.algorithms.base import ArtifactError, Payload, expect_array
+from p2pfed.learning.heterogeneous import SubModel
+from p2pfed.learning.model import MLP
+from p2pfed.learning.slimming import KeepMasks
+
+
+def _finite(a: np.ndarray) -> bool:
+    return bool(np.isfinite(a).all())
+
+
+def encode_submodel(model: MLP, masks: KeepMasks, **meta: object) -> Payload:
+    """The kept part of ``model`` (float32) and its packed keep masks, with ``meta``."""
+    rows = [np.asarray(m, dtype=bool) for m in masks] + [np.ones(model.layers[-1].out_features, dtype=bool)]
+    cols = [np.ones(model.layers[0].in_features, dtype=bool)] + rows[:-1]
+    tensors: dict[str, np.ndarray] = {"units": np.packbits(np.concatenate(rows[:-1]))}
+    for i, layer in enumerate(model.layers):
+        w = layer.weight.detach().numpy()
+        tensors[f"layers.{i}.weight"] = w[np.ix_(rows[i], cols[i])].astype(np.float32)
+        tensors[f"layers.{i}.bias"] = layer.bias.detach().numpy()[rows[i]].astype(np.float32)
+    for i, g in enumerate(model.gates):
+        tensors[f"gates.{i}"] = g.detach().numpy()[rows[i]].astype(np.float32)
+    return Payload(meta=dict(meta), tensors=tensors)
+
+
+def decode_submodel(model: MLP, payload: Payload) -> SubModel:
+    """The sender's sub-model in dense form (zeros where pruned), checked against ``model``."""
+    sizes = [layer.out_features for layer in model.layers[:-1]]
+    packed = expect_array(payload, "units", (-(-sum(sizes) // 8),), kinds="u")
+    if packed.dtype != np.uint8:
+        raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
+    bits = np.unpackbits(packed, count=sum(sizes)).astype(bool)
+    masks = [np.array(part, dtype=bool) for part in np.split(bits, np.cumsum(sizes)[:-1])]
+    if not all(m.any() for m in masks):
+        raise ArtifactError("tensor 'units' prunes every unit of a hidden layer")
+    rows = masks + [np.ones(model.layers[-1].out_features, dtype=bool)]
+    cols = [np.ones(model.layers[0].in_features, dtype=bool)] + masks
+    values: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(model.layers):
+        w = expect_array(payload, f"layers.{i}.weight", (int(rows[i].sum()), int(cols[i].sum())), check=_finite)
+        b = expect_array(payload, f"layers.{i}.bias", (int(rows[i].sum()),), check=_finite)
+        dense_w = np.zeros(tuple(layer.weight.shape), dtype=np.float32)
+        dense_w[np.ix_(rows[i], cols[i])] = w
+        dense_b = np.zeros(layer.out_features, dtype=np.float32)
+        dense_b[rows[i]] = b
+        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = torch.from_numpy(dense_w), torch.from_numpy(dense_b)
+    for i, m in enumerate(masks):
+        g = expect_array(payload, f"gates.{i}", (int(m.sum()),), check=_finite)
+        dense_g = np.zeros(m.size, dtype=np.float32)
+        dense_g[m] = g
+        values[f"gates.{i}"] = torch.from_numpy(dense_g)
+    return SubModel(masks, values)
