@@ -101,7 +101,8 @@ def _overlap_violations(fusion: str) -> tuple[int, int, int]:
         for c in me.own.classes:
             members = sorted(m for m in view if c in view[m].classes)
             points = np.stack([view[m].prototypes[view[m].classes.index(c)] for m in members])
-            labels = me.clusterings.cluster(points, k_max=None, n_init=2).labels
+            labels = me.clusterings.cluster(points, k_max=None, n_init=2, k_rule=me.options.k_rule,
+                                            min_cluster_size=me.options.min_cluster_size).labels
             mates = [view[m] for m, lab in zip(members, labels) if lab == labels[members.index(i)]]
             masks = [parameter_masks(model, a.units[c]) for a in mates]
             for n in allowed:
@@ -126,7 +127,8 @@ def test_overlap_fusion_changes_only_parameters_every_cluster_mate_holds():
 
 
 def test_gaussian_and_laplace_noise_have_the_configured_scale(repo_root):
-    hidden = ["model.hidden=[16,256]"]
+    # embedding prototypes: 256 coordinates per class, enough to measure the noise's scale
+    hidden = ["model.hidden=[16,256]", "algorithm.prototypes=embedding"]
     for extra, std in [(["algorithm.proto_noise=gaussian", "algorithm.proto_noise_sigma=0.5"], 0.5),
                        (["algorithm.proto_noise=laplace", "algorithm.proto_noise_epsilon=2.0",
                          "algorithm.proto_noise_sensitivity=0.5"], np.sqrt(2) * 0.25),
@@ -139,6 +141,27 @@ def test_gaussian_and_laplace_noise_have_the_configured_scale(repo_root):
         assert float(diff.std()) == pytest.approx(std, rel=0.1, abs=1e-9)
         assert float(np.abs(diff.mean())) < 0.1 * max(std, 1e-3) + 1e-9
     assert noise_std("laplace", epsilon=2.0, sensitivity=0.5) == pytest.approx(np.sqrt(2) * 0.25)
+
+
+def test_input_prototypes_are_class_means_of_the_data_noised_once_per_dataset(repo_root):
+    """The papers' prototypes: class means of the input data, fixed while the data are; the
+    noise on them is drawn once, so repeating the share does not let a peer average it away."""
+    algo = _build(repo_root, ["algorithm.proto_noise=gaussian", "algorithm.proto_noise_sigma=0.5"])[0]
+    x, y = algo.ctx.x_train.numpy(), algo.ctx.y_train.numpy()
+    first = algo.share(0)
+    algo.train(0)
+    second = algo.share(1)
+    classes = first.meta["classes"]
+    assert algo.own.prototypes.shape == (len(classes), x.shape[1])
+    np.testing.assert_allclose(algo.own.prototypes, np.stack([x[y == c].mean(axis=0) for c in classes]),
+                               rtol=1e-5, atol=1e-6)
+    assert not np.allclose(first.tensors["prototypes"], algo.own.prototypes)      # noised
+    np.testing.assert_array_equal(first.tensors["prototypes"], second.tensors["prototypes"])
+    # new local data: new prototypes, new noise
+    algo.ctx.set_visible_classes(frozenset(classes[:2]))
+    third = algo.share(2)
+    assert third.meta["classes"] == classes[:2]
+    assert not np.array_equal(third.tensors["prototypes"], first.tensors["prototypes"][:2])
 
 
 @pytest.mark.parametrize("sets, problem", [
@@ -265,7 +288,8 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
     from p2pfed.transport import Message, decode, encode
     algo = _build(repo_root, ["model.hidden=[13,30]", "algorithm.extraction=lrp-a1b0"])[0]
     algo.train(0)
-    own, _ = algo._extract()
+    algo._extract()
+    own = algo.own
     model = algo.ctx.model
     tensors = encode_subnetworks(model, own.units, float16)
     total_units = 13 + 30 + 4

@@ -347,7 +347,7 @@ def test_dbi_recovers_the_planted_groups_of_the_synthetic_generator():
                         samples_per_class=60, separation=6.0, noise=1.0, seed=4)
     for c in range(ds.num_classes):
         means = np.stack([d.x_train[d.y_train == c].mean(axis=0) for d in ds.devices])
-        guarded = choose_k_by_dbi(means, seed=0, min_cluster_size=2)
+        guarded = choose_k_by_dbi(means, seed=0, min_cluster_size=2, k_rule="min-size")
         assert guarded.k == 4
         assert adjusted_rand_score(ds.groups[:, c], guarded.labels) == 1.0
         # the paper's plain rule falls for DBI's degenerate optimum: (near-)singletons

@@ -129,6 +129,9 @@ class Algorithm(ABC):
     name: ClassVar[str]
     message_kind: ClassVar[str]
     Options: ClassVar[type[Options]] = Options
+    # Share in parts on every link, not only where transfers may be cut: set by a method whose
+    # parts go to different peers (a part with ``meta['to']`` goes to that peer alone).
+    parts_always: bool = False
 
     def __init__(self, ctx: DeviceContext, options: Options) -> None:
         self.ctx = ctx

@@ -1,24 +1,41 @@
 """``fedsub``: FedSub without a server — class prototypes and class subnetworks, fused per class.
 
-Follows Pesenti et al., *FedSub* (journal version, Sec. 3): every round a device trains E local
-epochs (Alg. 1 l.2), computes one prototype per class it holds (Eq. 1), a reliability score per
+Follows *FedSub: Introducing Class-aware Subnetworks Fusion to Enhance Personalized Federated
+Learning* (the journal version, Sec. 3) and Campana and Delmastro, *FedSub: Introducing
+class-aware Subnetworks Fusion to Enhance Personalized Federated Learning in Ubiquitous Systems*
+(the ubiquitous version, Alg. 1-3). Every round a device trains E local epochs (Alg. 1 l.2),
+holds one prototype per class (``prototypes: input``, the default: the class mean of its input
+data, ubiquitous Alg. 1 l.5, recomputed only when its local data change, journal Sec. 3.1;
+``embedding``: the mean penultimate feature, recomputed every round), a reliability score per
 class (l.5) and one subnetwork per class (Eq. 2 naive activations, or Eq. 4-5 LRP), and shares
 them. The server's part (Alg. 2) runs on every device over its own and its cached peers'
-artifacts: per class, K-means on the prototypes with K in 2..n-1 chosen by the Davies–Bouldin
-index, then fusion of the cluster-mates' subnetworks (Eq. 9-10 *Overlapping Components* by
-default; Eq. 6-7 cluster average, Eq. 8 leadership), and only the fused parameters change (l.13).
+artifacts: per class, K-means on the prototypes with K chosen by the Davies–Bouldin index, then
+fusion of the cluster-mates' subnetworks (Eq. 9-10 *Overlapping Components* by default; Eq. 6-7
+cluster average, Eq. 8 leadership), and only the fused parameters change (l.13).
+
+The K rule: the journal's text sweeps K from 2 up to the number of prototypes (``k_rule:
+literal``), which on real prototypes picks K = n-1 — singleton clusters, so every fusion rule is
+the identity — while the papers' results (fusion rules and scores ranked apart) need clusters
+with several members. The default ``min-size`` only lets partitions whose clusters all have
+``min_cluster_size`` (2) members win; this bound is inferred from the papers' results, not
+written in them. ``algorithm_stats`` reports the chosen K next to the literal rule's.
+
 Optionally (ubiquitous version, Alg. 3) the prototypes members lack are first predicted by
 collaborative filtering, so a device is also clustered, and fused, for classes it has no data for
-yet; and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise.
+yet; and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise (drawn
+once per prototype computation, so repeating an unchanged prototype does not average it away).
 
 Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
 (neighbours, or carriers of them), so each device clusters its own view; all devices start from
 the same initial weights (a shared seed), as a server's first broadcast would give them.
-Under intermittent contacts the share splits into a tiny prototype part and a larger subnetwork
-part (``share_parts``): a peer known only by its prototypes still shapes the clustering, and
-only peers whose subnetworks arrived contribute parameters.
-On the wire a device sends the rows of the union of its class subnetworks once, plus one bit per
-unit and class (see ``encode_subnetworks``), instead of one masked copy of the model per class.
+``exchange: broadcast`` sends every artifact to every neighbour; under intermittent contacts the
+share splits into a tiny prototype part and a larger subnetwork part (``share_parts``).
+``exchange: two-phase`` (fewer bytes, journal Sec. 6's future work) sends the prototypes to all,
+with this device's *requests* — per peer, the classes for which that peer is its cluster-mate —
+and sends each peer only the subnetworks it requested, addressed to it (``meta['to']``).
+On the wire a device sends the rows of the union of the sent class subnetworks once, plus one
+bit per unit and class (see ``encode_subnetworks``), instead of one masked copy of the model per
+class; ``algorithm_stats`` reports both byte counts.
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ from p2pfed.learning.collaborative import predict_missing
 from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
 from p2pfed.learning.model import MLP
 from p2pfed.learning.privacy import perturb
-from p2pfed.learning.prototypes import class_prototypes
+from p2pfed.learning.prototypes import class_means, class_prototypes
 from p2pfed.learning.subnetworks import (EXTRACTORS, UnitMasks, extract_unit_masks,
                                          parameter_masks, union_units)
 from p2pfed.learning.training import per_class_accuracy
@@ -51,9 +68,15 @@ class FedSubOptions(Options):
     depth: Literal["full", "partial"] = "full"
     shared_layers: int = Field(2, ge=1, description="layers fused when depth is partial")
     float16: bool = Field(False, description="send parameter values as float16")
+    prototypes: Literal["input", "embedding"] = Field(
+        "input", description="class means of the input data (papers) or of the penultimate features")
+    k_rule: Literal["min-size", "half", "literal"] = Field(
+        "min-size", description="which DBI partitions may win (see clustering.choose_k_by_dbi)")
     max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
     kmeans_n_init: int = Field(4, ge=1)
-    min_cluster_size: int = Field(1, ge=1, description="pass over K whose partition has smaller clusters")
+    min_cluster_size: int = Field(2, ge=1, description="smallest cluster the min-size rule accepts")
+    exchange: Literal["broadcast", "two-phase"] = Field(
+        "broadcast", description="send everything to all, or prototypes first and subnetworks on request")
     cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
     predict_missing: bool = Field(False, description="predict absent prototypes (ubiquitous Alg. 3)")
     predict_neighbors: int = Field(3, ge=1, description="n most similar members in Eq. 2")
@@ -92,6 +115,7 @@ class Artifacts:
     scores: list[float]
     values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
     units: dict[int, UnitMasks] | None      # class -> unit mask per layer
+    requests: dict[int, list[int]] | None = None  # two-phase: peer -> classes it asks that peer for
 
 
 PARTS = ("whole", "prototypes", "subnetworks")
@@ -138,6 +162,21 @@ def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tupl
     return units, values
 
 
+@dataclass
+class ClassPrototypes:
+    """A device's prototypes as last computed: clean (its own clustering) and as shared (noisy)."""
+
+    classes: np.ndarray
+    prototypes: np.ndarray
+    counts: np.ndarray
+    shared: np.ndarray
+    visible: list[int] | None    # the visible classes they were computed for (input space)
+
+
+STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
+                 "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes")
+
+
 @register
 class FedSub(Algorithm):
     name = "fedsub"
@@ -152,6 +191,16 @@ class FedSub(Algorithm):
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.last_k: dict[int, int] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
+        self.protos: ClassPrototypes | None = None
+        self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
+        self.counters: dict[str, int] = dict.fromkeys(STAT_COUNTERS, 0)
+        # Two-phase: the parts go to different peers, so they are always separate messages.
+        self.parts_always = options.exchange == "two-phase"
+
+    @property
+    def prototype_dim(self) -> int:
+        layers = self.ctx.model.layers
+        return layers[0].in_features if self.options.prototypes == "input" else layers[-1].in_features
 
     # -- client side (Alg. 1) --------------------------------------------------------------
     def _reliability(self, classes: np.ndarray, counts: np.ndarray) -> list[float]:
@@ -166,53 +215,128 @@ class FedSub(Algorithm):
             return [float(a) for a in acc]
         return [float(c * a) for c, a in zip(counts, acc)]
 
-    def _extract(self) -> tuple[Artifacts, np.ndarray]:
+    def _prototypes(self) -> ClassPrototypes:
+        """Input space: computed once per local dataset (journal Sec. 3.1: "updated whenever the
+        local dataset changes"), noise included; embedding space: every round."""
+        ctx, o = self.ctx, self.options
+        visible = None if ctx.visible_classes is None else sorted(ctx.visible_classes)
+        if o.prototypes == "input" and self.protos is not None and self.protos.visible == visible:
+            return self.protos
+        if o.prototypes == "input":
+            classes, protos, counts = class_means(ctx.x_train, ctx.y_train, ctx.num_classes)
+        else:
+            classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
+        shared = perturb(protos, o.proto_noise, ctx.rng, sigma=o.proto_noise_sigma,
+                         epsilon=o.proto_noise_epsilon, sensitivity=o.proto_noise_sensitivity)
+        self.protos = ClassPrototypes(classes, protos, counts, shared, visible)
+        return self.protos
+
+    def _extract(self) -> ClassPrototypes:
         model, x, y = self.ctx.model, self.ctx.x_train, self.ctx.y_train
-        classes, protos, counts = class_prototypes(model, x, y, self.ctx.num_classes)
-        units = extract_unit_masks(self.options.extraction, model, x, y, classes)
+        protos = self._prototypes()
+        units = extract_unit_masks(self.options.extraction, model, x, y, protos.classes)
         values = {n: p.detach().clone() for n, p in model.named_parameters()}
-        own = Artifacts(classes=[int(c) for c in classes], prototypes=protos,
-                        scores=self._reliability(classes, counts), values=values, units=units)
-        return own, counts
+        self.own = Artifacts(classes=[int(c) for c in protos.classes], prototypes=protos.prototypes,
+                             scores=self._reliability(protos.classes, protos.counts), values=values,
+                             units=units)
+        return protos
+
+    def _subnetwork_tensors(self, classes: list[int]) -> dict[str, np.ndarray]:
+        """The encoded subnetworks of ``classes``, counted in both byte accountings."""
+        units = {c: self.own.units[c] for c in classes}
+        tensors = encode_subnetworks(self.ctx.model, units, self.options.float16)
+        value_bytes = 2 if self.options.float16 else 4
+        self.counters["subnet_messages"] += 1
+        self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
+        # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
+        self.counters["paper_style_bytes"] += value_bytes * sum(
+            int(m.sum()) for c in classes for m in parameter_masks(self.ctx.model, units[c]).values())
+        return tensors
+
+    def _meta(self, protos: ClassPrototypes, classes: list[int] | None = None) -> dict[str, Any]:
+        own = self.own
+        keep = own.classes if classes is None else classes
+        idx = [own.classes.index(c) for c in keep]
+        return {"classes": list(keep), "counts": [int(protos.counts[j]) for j in idx],
+                "scores": [own.scores[j] for j in idx]}
 
     def share(self, round: int) -> Payload:
-        self.own, counts = self._extract()
-        o = self.options
-        shared_protos = perturb(self.own.prototypes, o.proto_noise, self.ctx.rng, sigma=o.proto_noise_sigma,
-                                epsilon=o.proto_noise_epsilon, sensitivity=o.proto_noise_sensitivity)
-        tensors = {"prototypes": shared_protos,
-                   **encode_subnetworks(self.ctx.model, self.own.units, self.options.float16)}
-        meta = {"classes": self.own.classes, "counts": [int(c) for c in counts],
-                "scores": self.own.scores}
-        return Payload(meta=meta, tensors=tensors)
+        """Broadcast: prototypes and all class subnetworks in one message (two-phase: see
+        ``share_parts``; this returns only its prototype part)."""
+        if self.options.exchange == "two-phase":
+            return self.share_parts(round)[0]
+        protos = self._extract()
+        tensors = {"prototypes": protos.shared, **self._subnetwork_tensors(self.own.classes)}
+        return Payload(meta=self._meta(protos), tensors=tensors)
 
     def share_parts(self, round: int) -> list[Payload]:
-        """Prototypes first (a few kB), then the subnetworks (most of the model), as separate messages."""
-        whole = self.share(round)
-        protos = {"prototypes": whole.tensors["prototypes"]}
-        rest = {k: v for k, v in whole.tensors.items() if k != "prototypes"}
-        return [Payload({**whole.meta, "part": "prototypes"}, protos),
-                Payload({**whole.meta, "part": "subnetworks"}, rest)]
+        """Prototypes first (a few kB), then the subnetworks (most of the model), as separate
+        messages; two-phase: the subnetworks only to the peers that requested them."""
+        if self.options.exchange == "broadcast":
+            whole = self.share(round)
+            protos = {"prototypes": whole.tensors["prototypes"]}
+            rest = {k: v for k, v in whole.tensors.items() if k != "prototypes"}
+            return [Payload({**whole.meta, "part": "prototypes"}, protos),
+                    Payload({**whole.meta, "part": "subnetworks"}, rest)]
+        protos = self._extract()
+        requests = {str(peer): classes for peer, classes in sorted(self.requests.items())}
+        parts = [Payload({**self._meta(protos), "part": "prototypes", "requests": requests},
+                         {"prototypes": protos.shared})]
+        for peer, wanted in self._requested_from_me().items():
+            parts.append(Payload({**self._meta(protos, wanted), "part": "subnetworks", "to": peer},
+                                 self._subnetwork_tensors(wanted)))
+        return parts
+
+    def _requested_from_me(self) -> dict[int, list[int]]:
+        """Per peer that can be reached now, the classes it asked this device for (and it holds)."""
+        me, mine = self.ctx.device_id, set(self.own.classes)
+        reachable = set(self.ctx.neighbours()) if self.ctx.neighbours is not None else None
+        out: dict[int, list[int]] = {}
+        for key, art in sorted(self.parsed.items(), key=lambda kv: _key_order(kv[0])):
+            sender = self.cache[key].sender
+            if art.requests is None or (reachable is not None and sender not in reachable):
+                continue
+            wanted = sorted(set(art.requests.get(me, [])) & mine)
+            if wanted:
+                out[sender] = wanted
+        return out
 
     def stats(self) -> dict:
-        """The K that the DBI sweep chose per class at the last fusion (mean over devices), and how
-        many classes were fused from a predicted prototype."""
+        """Over the whole run: the K chosen per class clustering next to the literal rule's, this
+        device's cluster size (itself included), how often a class fusion had >= 1 cluster-mate's
+        subnetwork, and the mean subnetwork message's tensor bytes in our encoding (the union of
+        the class subnetworks once) and in the papers' accounting (each class counted apart)."""
+        n = self.counters
         out: dict = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+        if n["clusterings"]:
+            out["k_mean"] = n["k_sum"] / n["clusterings"]
+            out["literal_k_mean"] = n["literal_k_sum"] / n["clusterings"]
+            out["cluster_size_mean"] = n["cluster_size_sum"] / n["clusterings"]
+        if n["class_fusions"]:
+            out["fusions_with_mate_fraction"] = n["mate_fusions"] / n["class_fusions"]
+        if n["subnet_messages"]:
+            out["subnet_message_bytes"] = n["subnet_bytes"] / n["subnet_messages"]
+            out["subnet_message_bytes_paper_style"] = n["paper_style_bytes"] / n["subnet_messages"]
         if self.options.predict_missing:
             out["predicted_classes_fused"] = self.last_predicted
         return out
 
     def state_dict(self) -> dict[str, Any]:
         """Besides the base state: this device's own artifacts of its last share (its side of the
-        next fusion) and the statistics of its last fusion. Parsed peer artifacts are rebuilt
-        from the cache on load, and clusterings are a memo keyed on content."""
-        own = self.own
+        next fusion), its prototypes as shared, its requests and its statistics. Parsed peer
+        artifacts are rebuilt from the cache on load, and clusterings are a memo keyed on content."""
+        own, protos = self.own, self.protos
         own_state = None if own is None else {
             "classes": list(own.classes), "prototypes": array_state(own.prototypes),
             "scores": list(own.scores), "values": {k: v.clone() for k, v in own.values.items()},
             "units": {c: [array_state(u) for u in masks] for c, masks in own.units.items()}}
+        protos_state = None if protos is None else {
+            "classes": array_state(protos.classes), "prototypes": array_state(protos.prototypes),
+            "counts": array_state(protos.counts), "shared": array_state(protos.shared),
+            "visible": protos.visible}
         return {**super().state_dict(), "own": own_state, "last_k": dict(self.last_k),
-                "last_predicted": self.last_predicted}
+                "last_predicted": self.last_predicted, "protos": protos_state,
+                "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.parsed.clear()
@@ -224,6 +348,12 @@ class FedSub(Algorithm):
             units={int(c): [array_from_state(u) for u in masks] for c, masks in own["units"].items()})
         self.last_k = {int(c): int(k) for c, k in state["last_k"].items()}
         self.last_predicted = int(state["last_predicted"])
+        p = state["protos"]
+        self.protos = None if p is None else ClassPrototypes(
+            array_from_state(p["classes"]), array_from_state(p["prototypes"]), array_from_state(p["counts"]),
+            array_from_state(p["shared"]), None if p["visible"] is None else list(p["visible"]))
+        self.requests = {int(k): list(v) for k, v in state["requests"].items()}
+        self.counters = {k: int(state["counters"][k]) for k in STAT_COUNTERS}
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:
@@ -238,14 +368,18 @@ class FedSub(Algorithm):
         part = payload.meta.get("part", "whole")
         if part not in PARTS:
             raise ArtifactError(f"meta 'part' must be one of {', '.join(PARTS)}, got {part!r}")
-        protos = units = values = None
+        to = payload.meta.get("to")
+        if to is not None and to != self.ctx.device_id:
+            raise ArtifactError(f"meta 'to' addresses peer {to!r}, not this peer ({self.ctx.device_id})")
+        protos = units = values = requests = None
         if part != "subnetworks":
-            feat_dim = self.ctx.model.layers[-1].in_features
-            protos = np.array(expect_array(payload, "prototypes", (len(classes), feat_dim)), dtype=np.float32)
+            protos = np.array(expect_array(payload, "prototypes", (len(classes), self.prototype_dim)),
+                              dtype=np.float32)
+            requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
             units, values = decode_subnetworks(self.ctx.model, classes, payload)
         return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
-                         values=values, units=units)
+                         values=values, units=units, requests=requests)
 
     def check_payload(self, payload: Payload) -> None:
         self._parse(payload)
@@ -292,13 +426,14 @@ class FedSub(Algorithm):
         peers = self.peers
         if self.own is None or not peers:
             return
-        me = self.ctx.device_id
+        me, o = self.ctx.device_id, self.options
         view = {me: self.own, **peers}
         held = {m: {c: a.prototypes[j] for j, c in enumerate(a.classes)} for m, a in view.items()}
-        predicted = predict_missing(held, self.options.predict_neighbors) if self.options.predict_missing else {}
-        fuse_fn = FUSIONS[self.options.fusion]
+        predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
+        fuse_fn = FUSIONS[o.fusion]
         model = self.ctx.model
         updates = []
+        requests: dict[int, list[int]] = {}
         self.last_predicted = 0
         # Alg. 3 then clustering: members with a real or a predicted prototype for c are
         # clustered; only those with real data for c have a subnetwork to fuse. Every class's
@@ -307,16 +442,23 @@ class FedSub(Algorithm):
         members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
         point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
                       for c in classes]
-        clusterings = self.clusterings.cluster_many(point_sets, k_max=self.options.max_k,
-                                                    n_init=self.options.kmeans_n_init,
-                                                    min_cluster_size=self.options.min_cluster_size)
+        clusterings = self.clusterings.cluster_many(point_sets, k_max=o.max_k, n_init=o.kmeans_n_init,
+                                                    min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
         for c, clustering in zip(classes, clusterings, strict=True):
             members = members_of[c]
             self.last_k[c] = clustering.k
             my_label = clustering.labels[members.index(me)]
+            cluster = [m for m, lab in zip(members, clustering.labels) if lab == my_label]
+            self._count_clustering(clustering.k, clustering.literal_k, len(cluster))
+            for m in cluster:
+                if m != me and c in held[m]:
+                    requests.setdefault(m, []).append(c)
             # A peer known only by its prototypes shapes the clusters but has no parameters to give.
-            mates = [view[m] for m, lab in zip(members, clustering.labels)
-                     if lab == my_label and c in held[m] and view[m].values is not None and c in view[m].units]
+            mates = [view[m] for m in cluster
+                     if c in held[m] and view[m].values is not None and c in view[m].units]
+            if c in held[me]:
+                self.counters["class_fusions"] += 1
+                self.counters["mate_fusions"] += any(m is not self.own for m in mates)
             if not mates:
                 continue
             self.last_predicted += c not in held[me]
@@ -324,9 +466,35 @@ class FedSub(Algorithm):
             masks = [parameter_masks(model, self._fusable(a.units[c])) for a in mates]
             scores = [a.scores[a.classes.index(c)] for a in mates]
             updates.append(fuse_fn(values, masks, scores))
+        self.requests = requests
         own_params = {n: p.detach() for n, p in model.named_parameters()}
         new, _changed = combine_cluster_updates(own_params, updates)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(new[n])
         self.take_fresh()
+
+    def _count_clustering(self, k: int, literal_k: int, cluster_size: int) -> None:
+        n = self.counters
+        n["clusterings"] += 1
+        n["k_sum"] += k
+        n["literal_k_sum"] += literal_k
+        n["cluster_size_sum"] += cluster_size
+
+
+def _key_order(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key, "")
+
+
+def _parse_requests(raw: Any, num_classes: int) -> dict[int, list[int]]:
+    """Two-phase requests in a prototype part: ``{"<peer id>": [class, ...]}``."""
+    if not isinstance(raw, dict):
+        raise ArtifactError("meta 'requests' must map peer ids to class lists")
+    out: dict[int, list[int]] = {}
+    for peer, classes in raw.items():
+        if not peer.isdigit() or not isinstance(classes, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 <= c < num_classes for c in classes):
+            raise ArtifactError(f"meta 'requests.{peer}' must be class ids in 0..{num_classes - 1} "
+                                f"under a peer id")
+        out[int(peer)] = classes
+    return out

@@ -31,6 +31,7 @@ class Outgoing:
     round: int
     sent_at: float
     data: bytes
+    to: int | None = None   # the one peer this part is addressed to (None: every neighbour)
 
 
 class DeviceLoop:
@@ -88,9 +89,11 @@ class DeviceLoop:
             return []
         self.actions += 1
         now = self.clock()
-        payloads = algo.share_parts(round) if self.split_parts else [algo.share(round)]
+        split = self.split_parts or algo.parts_always
+        payloads = algo.share_parts(round) if split else [algo.share(round)]
         return [Outgoing(p.meta.get("part", "whole"), round, now,
-                         encode_share(algo.message_kind, self.device, round, now, p, self.max_message_bytes))
+                         encode_share(algo.message_kind, self.device, round, now, p, self.max_message_bytes),
+                         to=p.meta.get("to"))
                 for p in payloads if p is not None]
 
     def evaluate(self, round: int) -> Evaluation:

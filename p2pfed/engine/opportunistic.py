@@ -59,6 +59,7 @@ class Offer:
     round: int
     sent_at: float
     data: bytes
+    to: int | None = None              # the one peer this part is addressed to (None: any)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -140,7 +141,7 @@ class OpportunisticSimulation:
 
     def _step(self, i: int) -> None:
         loop = self.loops[i]
-        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, out.data)
+        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, out.data, out.to)
                              for out in loop.act(loop.actions)]
         self._pulse(self.news, i)
 
@@ -193,7 +194,8 @@ class OpportunisticSimulation:
         st, have, now = self.state[src], self.state[dst].have, float(self.env.now)
         ttl = self.schedule.max_age_s
         offers = list(st.own) + [self._carried_offer(src, c) for c in self._live_carried(src)]
-        offers = [o for o in offers if o.origin != dst and have.get(o.key, (-1, -1.0)) < o.version
+        offers = [o for o in offers if o.origin != dst and o.to in (None, dst)
+                  and have.get(o.key, (-1, -1.0)) < o.version
                   and (ttl is None or now - o.sent_at <= ttl)]
         sign = -1 if self.schedule.send_policy == "largest-first" else 1
         return sorted(offers, key=lambda o: (sign * len(o.data), o.origin != src, o.origin, o.part))
@@ -254,8 +256,8 @@ class OpportunisticSimulation:
         """Keep a received part to pass on, if forwarding covers it and hops are left."""
         part = item.payload.meta.get("part", "whole")
         fw = self.forwarding
-        if fw.hop_limit <= item.hops or part not in fw.parts:
-            return
+        if fw.hop_limit <= item.hops or part not in fw.parts or "to" in item.payload.meta:
+            return   # a part addressed to this device is for it alone
         carried = self.state[i].carried
         old = carried.get((item.sender, part))
         if old is not None and (old.item.round, old.item.sent_at) >= (item.round, item.sent_at):

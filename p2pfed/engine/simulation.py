@@ -112,9 +112,12 @@ class Simulation:
         return self._active[1]
 
     def _broadcast(self, src: int, out: Outgoing, now: float) -> None:
-        """Queue one encoded share on the link to every neighbour (first in, first out)."""
+        """Queue one encoded share on the link to every neighbour, or to the one it is addressed
+        to (first in, first out)."""
         size = len(out.data)
         for dst in self.neighbours[src]:
+            if out.to is not None and dst != out.to:
+                continue
             self.recorder.sent(src, size, out.round)
             self.recorder.transfer_started(src)
             edge = self.graph.edges[src, dst]

@@ -37,6 +37,9 @@ class Clustering:
     k: int
     dbi: float | None
     dbi_by_k: dict[int, float] = field(default_factory=dict)
+    # The K the paper's literal rule (minimum DBI over the whole sweep) picks on the same points,
+    # reported next to ``k`` whichever rule chose it (1 when no K >= 2 could be tried).
+    literal_k: int = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,35 +271,37 @@ def _one_cluster(n: int) -> Clustering:
     return Clustering(labels=labels, k=1, dbi=None, dbi_by_k={})
 
 
+K_RULES = ("min-size", "half", "literal")
+
+
 def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = None,
-                    seed: int = 0, n_init: int = 4, min_cluster_size: int = 1) -> Clustering:
+                    seed: int = 0, n_init: int = 4, min_cluster_size: int = 1,
+                    k_rule: str = "literal") -> Clustering:
     """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2).
 
-    Rule for small or degenerate sets (DBI is undefined for one cluster, and a split needs some
-    evidence):
+    The sweep always runs K over ``[k_min, min(k_max or n-1, n-1, #distinct points)]`` (a K
+    whose clustering has fewer than K non-empty clusters is skipped); ``k_rule`` says which of
+    those partitions may win, the smallest K attaining the minimum DBI among them:
 
-    * n == 0 → ``ValueError``;
-    * n == 1 or n == 2 → a single cluster (the paper's range 2..n-1 is empty);
-    * all points identical → a single cluster;
-    * otherwise K sweeps ``[k_min, min(k_max or n-1, n-1, #distinct points)]``; a K whose
-      clustering has fewer than K non-empty clusters is skipped; the smallest K attaining the
-      minimum DBI wins. If the range is empty (``k_min`` above it) → a single cluster.
+    * ``literal`` — every K (the journal's text, Sec. 3.2; ``min_cluster_size`` is ignored). A
+      singleton cluster has zero scatter, so on noisy data the DBI keeps falling as K → n-1 and
+      this rule splits every structure into singletons;
+    * ``min-size`` — only partitions whose clusters all have >= ``min_cluster_size`` members;
+      when there is none (e.g. n <= 3 for size 2), a single cluster;
+    * ``half`` — only K <= floor(n/2); a single cluster when n <= 3.
 
-    ``min_cluster_size`` > 1 guards against DBI's degenerate optimum: a singleton cluster has
-    zero scatter, so on noisy data the DBI keeps falling as K → n-1 and the sweep splits every
-    structure into singletons. With the guard, K values whose partition has a cluster smaller
-    than ``min_cluster_size`` are passed over, unless every K has one (then the plain minimum
-    wins, as in the paper). ``min_cluster_size=1`` is the paper's rule exactly.
+    Small or degenerate sets: n == 0 → ``ValueError``; n <= 2, all points identical, or an empty
+    sweep → a single cluster.
 
     The result depends on the *set* of rows, not their order: rows are clustered in a canonical
     (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
     different orders agree on the partition. Deterministic for a given ``seed``.
     """
-    _check_sweep_params(k_min, k_max, n_init)
+    _check_sweep_params(k_min, k_max, n_init, k_rule)
     prepared = _prepare_sweep(points, k_max)
     if isinstance(prepared, Clustering):
         return prepared
-    sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size)
+    sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size, k_rule=k_rule)
     with _single_threaded_blas():
         for k in range(k_min, sweep.hi + 1):
             lab, _ = _kmeans(sweep.xs, k, seed, n_init, 100, 1e-6)
@@ -304,13 +309,15 @@ def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = N
     return sweep.result()
 
 
-def _check_sweep_params(k_min: int, k_max: int | None, n_init: int) -> None:
+def _check_sweep_params(k_min: int, k_max: int | None, n_init: int, k_rule: str) -> None:
     if k_min < 2:
         raise ValueError(f"k_min must be >= 2, got {k_min}")
     if k_max is not None and k_max < k_min:
         raise ValueError(f"k_max ({k_max}) must be >= k_min ({k_min})")
     if n_init < 1:
         raise ValueError(f"n_init must be >= 1, got {n_init}")
+    if k_rule not in K_RULES:
+        raise ValueError(f"unknown k_rule {k_rule!r}; choose one of {', '.join(K_RULES)}")
 
 
 def _prepare_sweep(points: np.ndarray, k_max: int | None
@@ -333,14 +340,18 @@ def _prepare_sweep(points: np.ndarray, k_max: int | None
 
 
 class _Sweep:
-    """The running choice of one K sweep: the minimum DBI over every K, and over the K with no
-    cluster below ``min_cluster_size``; the smallest K wins ties (K is offered in order)."""
+    """The running choice of one K sweep under each K rule (see :func:`choose_k_by_dbi`): the
+    minimum DBI over every K (literal), over the K with no cluster below ``min_cluster_size``
+    (min-size), and over K <= n/2 (half); the smallest K wins ties (K is offered in order)."""
 
-    def __init__(self, order: np.ndarray, xs: np.ndarray, hi: int, *, min_cluster_size: int) -> None:
+    def __init__(self, order: np.ndarray, xs: np.ndarray, hi: int, *, min_cluster_size: int,
+                 k_rule: str) -> None:
         self.order, self.xs, self.hi = order, xs, hi
-        self.min_cluster_size = min_cluster_size
-        self.best: tuple[float, int, np.ndarray] | None = None           # over every K
+        self.k_rule = k_rule
+        self.min_size = min_cluster_size if k_rule == "min-size" else 1
+        self.best: tuple[float, int, np.ndarray] | None = None           # over every K (literal)
         self.best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
+        self.best_half: tuple[float, int, np.ndarray] | None = None      # over K <= n/2
         self.dbi_by_k: dict[int, float] = {}
 
     def offer(self, k: int, lab: np.ndarray, dbi: Callable[[], float]) -> None:
@@ -350,22 +361,28 @@ class _Sweep:
             return
         score = dbi()
         self.dbi_by_k[k] = score
+        n = self.xs.shape[0]
         if self.best is None or score < self.best[0]:
             self.best = (score, k, lab)
-        if sizes[sizes > 0].min() >= self.min_cluster_size and (
-                self.best_sized is None or score < self.best_sized[0]):
+        if sizes[sizes > 0].min() >= self.min_size and (self.best_sized is None or score < self.best_sized[0]):
             self.best_sized = (score, k, lab)
+        if n > 3 and k <= n // 2 and (self.best_half is None or score < self.best_half[0]):
+            self.best_half = (score, k, lab)
 
     def result(self) -> Clustering:
         n = self.xs.shape[0]
         if self.best is None:
             return _one_cluster(n)
-        best_dbi, best_k, best_labels = self.best_sized or self.best
+        chosen = {"literal": self.best, "min-size": self.best_sized, "half": self.best_half}[self.k_rule]
+        if chosen is None:
+            return Clustering(labels=_one_cluster(n).labels, k=1, dbi=None, dbi_by_k=self.dbi_by_k,
+                              literal_k=self.best[1])
+        best_dbi, best_k, best_labels = chosen
         labels = np.empty(n, dtype=np.intp)
         labels[self.order] = best_labels
         labels = _first_appearance(labels)
         labels.setflags(write=False)
-        return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=self.dbi_by_k)
+        return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=self.dbi_by_k, literal_k=self.best[1])
 
 
 class ClusteringCache:
@@ -450,7 +467,7 @@ class ClusteringCache:
 
 def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
                          k_max: int | None = None, seed: int = 0, n_init: int = 4,
-                         min_cluster_size: int = 1) -> list[Clustering]:
+                         min_cluster_size: int = 1, k_rule: str = "literal") -> list[Clustering]:
     """:func:`choose_k_by_dbi` on every point set (same dimension, any sizes), in one batched
     computation; element ``i`` of the result equals ``choose_k_by_dbi(point_sets[i], ...)``.
 
@@ -463,7 +480,7 @@ def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
     results are equal, not merely close. The cost that goes is the Python overhead per
     (problem, K, iteration), which dominates at these sizes (tens of rows).
     """
-    _check_sweep_params(k_min, k_max, n_init)
+    _check_sweep_params(k_min, k_max, n_init, k_rule)
     results: list[Clustering | None] = [None] * len(point_sets)
     sweeps: dict[int, list[tuple[int, _Sweep]]] = {}
     dim: int | None = None
@@ -472,7 +489,7 @@ def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
         if isinstance(prepared, Clustering):
             results[i] = prepared
             continue
-        sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size)
+        sweep = _Sweep(*prepared, min_cluster_size=min_cluster_size, k_rule=k_rule)
         if dim is not None and sweep.xs.shape[1] != dim:
             raise ValueError(f"point set {i} has {sweep.xs.shape[1]} columns, the others {dim}")
         dim = sweep.xs.shape[1]

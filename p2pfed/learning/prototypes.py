@@ -1,4 +1,5 @@
-"""Class prototypes: the mean penultimate-layer feature of each class a device holds (FedSub Eq. 1)."""
+"""Class prototypes: the mean of each class a device holds, of its input data (FedSub ubiquitous
+Alg. 1 l.5, ``P_y = avg(x)``) or of its penultimate-layer features (journal Eq. 1, as FedProto)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ def class_prototypes(model: MLP, x: torch.Tensor, y: torch.Tensor,
     how many samples that mean is taken over (|D_y|).
     """
     model.eval()
-    feats = model.features(x)
+    return class_means(model.features(x), y, num_classes)
+
+
+def class_means(feats: torch.Tensor, y: torch.Tensor,
+                num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(classes, means, counts)`` of the rows of ``feats`` per class present in ``y``; with the
+    raw inputs as ``feats`` these are the input-space prototypes, independent of any model."""
+    feats = feats.to(torch.float32)
     counts_all = torch.bincount(y, minlength=num_classes)
     classes = torch.nonzero(counts_all, as_tuple=False).flatten()
     sums = torch.zeros(num_classes, feats.shape[1], dtype=feats.dtype)

@@ -200,10 +200,11 @@ class Peer:
             self.handle(frame)
         return True
 
-    def _share(self, data: bytes, r: int) -> None:
+    def _share(self, data: bytes, r: int, to: int | None = None) -> None:
+        """Send to every neighbour, or only to ``to`` when the part is addressed."""
         me = self.config.id
         for nid, endpoint in sorted(self.endpoints.items()):
-            if nid in self.ignored:
+            if nid in self.ignored or (to is not None and nid != to):
                 continue
             # Counted like the simulator (once per destination, whether or not it arrives).
             self.recorder.sent(me, len(data), r)
@@ -270,7 +271,7 @@ class Peer:
                 self._heard(item)
             outgoing = self.loop.act(r, evaluate=evaluate)
             for out in outgoing:
-                self._share(out.data, r)
+                self._share(out.data, r, to=out.to)
             if outgoing:   # every peer runs the same method: none waits if none shares
                 self._wait_for(r)
             while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile

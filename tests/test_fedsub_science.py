@@ -1,0 +1,177 @@
+"""FedSub as the papers ran it: the K rule that lets clusters have members, prototypes in input
+space, and the two-phase exchange (prototypes first, subnetworks only to cluster-mates that ask),
+checked in real runs through ``summary.json``."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from p2pfed.algorithms.base import Algorithm, Payload, Received
+from p2pfed.cli.main import main
+from p2pfed.engine.contacts import ContactPlan, make_contact
+from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
+from p2pfed.learning.clustering import choose_k_by_dbi
+from p2pfed.learning.training import Evaluation
+from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.loader import load_scenario
+
+SMALL = ["dataset.synthetic.num_devices=8", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
+         "algorithm.kmeans_n_init=2"]
+
+
+def _blobs(seed: int = 0, per_blob: int = 12, dim: int = 8) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 10, size=(3, dim))
+    return np.concatenate([c + rng.normal(0, 1, size=(per_blob, dim)) for c in centres])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_three_separated_blobs_give_three_clusters_with_the_default_rule(seed):
+    points = _blobs(seed)
+    sized = choose_k_by_dbi(points, k_rule="min-size", min_cluster_size=2)
+    assert sized.k == 3
+    assert sorted(np.bincount(sized.labels)) == [12, 12, 12]
+    assert choose_k_by_dbi(points, k_rule="half").k == 3
+    # the journal's literal rule falls for DBI's degenerate optimum: (near-)singletons
+    literal = choose_k_by_dbi(points, k_rule="literal")
+    assert literal.k > 12 and sized.literal_k == literal.k
+
+
+def test_small_sets_stay_one_cluster_under_the_bounded_rules():
+    three = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]])
+    assert choose_k_by_dbi(three, k_rule="min-size", min_cluster_size=2).k == 1   # K=2 has a singleton
+    assert choose_k_by_dbi(three, k_rule="half").k == 1
+    assert choose_k_by_dbi(three, k_rule="literal").k == 2
+    four = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    for rule in ("min-size", "half"):
+        assert choose_k_by_dbi(four, k_rule=rule, min_cluster_size=2).k == 2
+    # two clear pairs, yet the literal rule splits one: a singleton's zero scatter lowers the DBI
+    assert choose_k_by_dbi(four, k_rule="literal", min_cluster_size=2).k == 3
+    with pytest.raises(ValueError, match="k_rule"):
+        choose_k_by_dbi(four, k_rule="largest")
+
+
+def _run(repo_root, tmp_path, name, extra, scenario="synthetic-small.yaml"):
+    out = tmp_path / name
+    args = sum((["--set", s] for s in extra), [])
+    assert main(["run", str(repo_root / "scenarios" / scenario), "--out", str(out), "--quiet", *args]) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_fedsub_fuses_with_cluster_mates_in_a_real_run(repo_root, tmp_path):
+    """The mechanism fires: class fusions take a cluster-mate's subnetwork, from clusters that
+    the bounded K rule makes (the literal rule's K is reported beside it)."""
+    s = _run(repo_root, tmp_path, "default", [*SMALL, "rounds=4"])
+    stats = s["algorithm_stats"]
+    assert s["config"]["algorithm"]["k_rule"] == "min-size"
+    assert s["config"]["algorithm"]["prototypes"] == "input"
+    assert stats["fusions_with_mate_fraction"] > 0.5, stats
+    assert stats["cluster_size_mean"] >= 2
+    assert stats["k_mean"] < stats["literal_k_mean"]
+    # paper-style accounting counts each class's subnetwork apart: more than the union sent once
+    assert stats["subnet_message_bytes_paper_style"] > stats["subnet_message_bytes"] > 0
+
+
+def test_two_phase_sends_fewer_bytes_and_still_fuses_with_mates(repo_root, tmp_path):
+    both = {ex: _run(repo_root, tmp_path, ex, [*SMALL, "rounds=5", f"algorithm.exchange={ex}"])
+            for ex in ("broadcast", "two-phase")}
+    tp, bc = both["two-phase"], both["broadcast"]
+    assert tp["algorithm_stats"]["fusions_with_mate_fraction"] > 0.3, tp["algorithm_stats"]
+    assert tp["comm"]["messages_dropped"] == 0
+    assert tp["comm"]["bytes_per_device_per_round"] < 0.7 * bc["comm"]["bytes_per_device_per_round"]
+    # each addressed subnetwork message carries only the requested classes: smaller than a broadcast's
+    assert tp["algorithm_stats"]["subnet_message_bytes"] < bc["algorithm_stats"]["subnet_message_bytes"]
+
+
+def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes(repo_root):
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                           [*SMALL, "algorithm.exchange=two-phase"])
+    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    everyone = list(range(len(algos)))
+    for a in algos:
+        a.ctx.neighbours = lambda a=a: [j for j in everyone if j != a.ctx.device_id]
+
+    def exchange(round):
+        parts = [a.share_parts(round) for a in algos]
+        for dst, a in enumerate(algos):
+            for src, ps in enumerate(parts):
+                for p in ps:
+                    if src != dst and p.meta.get("to", dst) == dst:
+                        a.receive(Received(sender=src, round=round, sent_at=float(round), received_at=round + 0.5,
+                                           payload=p))
+        return parts
+
+    first = exchange(0)
+    assert all(len(ps) == 1 and ps[0].meta["part"] == "prototypes" for ps in first)  # nothing asked yet
+    for a in algos:
+        a.fuse(0, 1.0)
+    asked = {(i, peer): set(classes) for i, a in enumerate(algos) for peer, classes in a.requests.items()}
+    assert asked, "no device asked anyone: the clusters are singletons"
+    exchange(1)             # the requests travel with the prototypes...
+    second = exchange(2)    # ...and the asked peers answer at their next share
+    sent = {(p.meta["to"], src): set(p.meta["classes"]) for src, ps in enumerate(second) for p in ps[1:]}
+    assert sent and set(sent) == set(asked)
+    for key, classes in sent.items():
+        assert classes == asked[key] & set(algos[key[1]].own.classes)
+    # a part addressed to another peer is refused by name
+    stray = next(p for ps in second for p in ps[1:])
+    other = next(a for a in algos if a.ctx.device_id != stray.meta["to"])
+    with pytest.raises(Exception, match="'to' addresses peer"):
+        other.check_payload(stray)
+
+
+class Addressed(Algorithm):
+    """Shares a small part for everyone and a big one addressed to one peer."""
+
+    name = "addressed"
+    message_kind = "test/addressed"
+    parts_always = True
+
+    def __init__(self, to: int | None, big: int) -> None:
+        super().__init__(ctx=SimpleNamespace(neighbours=None), options=None)
+        self.to, self.big, self.got = to, big, []
+
+    def train(self, round: int) -> None:
+        pass
+
+    def share_parts(self, round: int) -> list[Payload]:
+        parts = [Payload({"part": "prototypes"}, {"data": np.zeros(1000, dtype=np.uint8)})]
+        if self.to is not None:
+            parts.append(Payload({"part": "subnetworks", "to": self.to}, {"data": np.zeros(self.big, dtype=np.uint8)}))
+        return parts
+
+    def receive(self, item: Received) -> None:
+        self.got.append((item.sender, item.payload.meta["part"]))
+        super().receive(item)
+
+    def evaluate(self) -> Evaluation:
+        return Evaluation(f1_macro=0.0, loss=0.0, accuracy=0.0)
+
+
+@pytest.mark.parametrize("big, aborted", [(100_000, 0), (2_000_000, 1)])
+def test_contact_runtime_carries_an_addressed_part_only_to_its_peer_and_aborts_what_does_not_fit(big, aborted):
+    algos = [Addressed(to=1, big=big), Addressed(None, 0), Addressed(None, 0)]
+    recorder = Recorder(3)
+    contacts = [make_contact(0, 1, 0.0, 10.0, 1e6, 0.0), make_contact(0, 2, 0.0, 10.0, 1e6, 0.0)]
+    sim = OpportunisticSimulation(algos, ContactPlan(3, contacts),
+                                  AsyncSchedule(duration_s=50.0, train_period_s=500.0, eval_every_s=50.0),
+                                  recorder, np.random.default_rng(0), max_message_bytes=8 * 2**20,
+                                  first_training_s=[0.0] * 3)
+    sim.run()
+    assert (0, "prototypes") in algos[2].got and (0, "subnetworks") not in algos[2].got
+    assert ((0, "subnetworks") in algos[1].got) == (not aborted)
+    assert recorder.devices[0].transfers_aborted == aborted
+    assert (recorder.devices[0].bytes_wasted > 0) == bool(aborted)
+
+
+def test_two_phase_runs_over_contacts(repo_root, tmp_path):
+    s = _run(repo_root, tmp_path, "contacts",
+             ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
+              "contacts.kind=static", "contacts.duration_s=600", "asynchronous.train_period_s=60",
+              "evaluation.every_s=150", "algorithm.exchange=two-phase", "algorithm.kmeans_n_init=2"])
+    assert s["comm"]["messages_dropped"] == 0
+    assert s["algorithm_stats"]["fusions_with_mate_fraction"] > 0, s["algorithm_stats"]
+    assert s["algorithm_stats"]["subnet_message_bytes"] > 0
