@@ -131,7 +131,7 @@ class Addressed(Algorithm):
     parts_always = True
 
     def __init__(self, to: int | None, big: int) -> None:
-        super().__init__(ctx=SimpleNamespace(neighbours=None), options=None)
+        super().__init__(ctx=SimpleNamespace(neighbours=None, generalization_data=None), options=None)
         self.to, self.big, self.got = to, big, []
 
     def train(self, round: int) -> None:
