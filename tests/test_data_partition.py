@@ -30,7 +30,14 @@ def _spec(kind: str, devices: int, classes: int) -> PartitionSpec:
 @given(y=labelled(), devices=st.integers(2, 8), seed=st.integers(0, 2**31 - 1),
        kind=st.sampled_from(DRAWN))
 def test_every_sample_assigned_exactly_once(y, devices, seed, kind):
-    parts = partition(y, _spec(kind, devices, len(np.unique(y))), partition_rng(seed))
+    """Either every sample goes to exactly one device with at least min_samples each, or the
+    partitioner refuses with a PartitionError naming itself (e.g. shards that cannot cover the
+    classes) — never a partition that silently loses or repeats samples."""
+    try:
+        parts = partition(y, _spec(kind, devices, len(np.unique(y))), partition_rng(seed))
+    except PartitionError as exc:
+        assert str(exc).startswith(f"{kind}: ")
+        return
     assert len(parts) == devices
     np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(len(y)))
     assert min(len(p) for p in parts) >= 2
@@ -41,7 +48,12 @@ def test_every_sample_assigned_exactly_once(y, devices, seed, kind):
        kind=st.sampled_from(DRAWN))
 def test_same_seed_same_partition(y, devices, seed, kind):
     spec = _spec(kind, devices, len(np.unique(y)))
-    a = partition(y, spec, partition_rng(seed))
+    try:
+        a = partition(y, spec, partition_rng(seed))
+    except PartitionError:
+        with pytest.raises(PartitionError):
+            partition(y, spec, partition_rng(seed))
+        return
     b = partition(y, spec, partition_rng(seed))
     assert all(np.array_equal(p, q) for p, q in zip(a, b))
 

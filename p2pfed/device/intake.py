@@ -113,7 +113,8 @@ class Intake:
                 raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
-            if self.rules.hold_later_rounds and msg.round > round:
+            past_run = self.rules.rounds is not None and msg.round >= self.rules.rounds
+            if self.rules.hold_later_rounds and msg.round > round and not past_run:
                 self.held.append((msg.round, link, bytes(data)))
                 return Held(msg.sender, msg.round)
             item = self._check(msg, now)
