@@ -184,6 +184,9 @@ def test_a_peer_holds_a_faster_neighbours_later_round_until_it_gets_there(tmp_pa
     assert item.sender == 1 and item.round == 3 and restored.algorithm.cache[1] is item
     assert restored.held == [] and rec2.devices[0].messages_received == 1
     assert sum(rec.drop_reasons.values()) == sum(rec2.drop_reasons.values()) == 0
+    # A restarted neighbour sending round 3 again: refused, never fused twice.
+    assert restored.take(ahead, link=1, now=0.0, round=4) is None
+    assert rec2.drop_reasons == {"repeat": 1} and restored.algorithm.cache[1] is item
 
 
 # -- layers ---------------------------------------------------------------------------------------

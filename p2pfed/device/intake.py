@@ -19,7 +19,9 @@ With ``hold_later_rounds`` (real peers in synchronous rounds) a message that pas
 but comes from a round after the receiver's current one (a faster neighbour already sharing its
 next round) is held, undecoded, and taken in by ``release`` when the receiver reaches that round:
 a device fuses in round r what its neighbours shared up to round r−1, as in the simulator,
-whatever the wall-clock skew between peers.
+whatever the wall-clock skew between peers. Under the same rule a repeat of a round already
+received from that sender (a restarted peer sending its round again) is refused as ``repeat``,
+so an artifact is never fused twice.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class IntakeRules:
     num_devices: int | None = None       # relay origins must be ids below this (None: any id)
     max_bad_messages: int | None = None  # a peer failing more often is ignored (None: never)
     contain_errors: bool = False         # an unexpected error in a check drops instead of raising
-    hold_later_rounds: bool = False      # hold messages from rounds after the current one (see above)
+    hold_later_rounds: bool = False      # synchronous real peers: hold later rounds, refuse repeats (above)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,10 @@ class Intake:
             if self.rules.hold_later_rounds and msg.round > round and not past_run:
                 self.held.append((msg.round, link, bytes(data)))
                 return Held(msg.sender, msg.round)
+            if self.rules.hold_later_rounds:
+                cached = self.algorithm.cache.get(msg.sender)
+                if cached is not None and msg.round <= cached.round:
+                    raise Refused("repeat", f"round {msg.round} from peer {msg.sender} was already received")
             item = self._check(msg, now)
         except Refused as exc:
             self._drop(who, round, exc.reason, str(exc))
