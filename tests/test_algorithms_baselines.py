@@ -15,6 +15,7 @@ from p2pfed.learning.prototypes import average_prototypes
 from p2pfed.learning.training import evaluate
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
+from tests.hand_driven import two_populations
 
 BASELINES = ["fedprox", "ditto", "fedproto", "protohar", "fedper", "fedrep", "fedhome", "fedclar"]
 TINY = ["rounds=8", "training.lr=0.1", "dataset.synthetic.num_devices=6",
@@ -233,7 +234,7 @@ def test_fedhome_fine_tunes_on_a_balanced_set_in_the_final_rounds(repo_root):
 
 
 def test_fedclar_clusters_devices_with_planted_identical_data(repo_root):
-    data = _two_populations()
+    data = two_populations()
     algos = build_algorithms(scenario(repo_root, "fedclar", "algorithm.cluster_round=3",
                                       "algorithm.threshold=0.5"), data)
     drive(algos, 4)
@@ -277,16 +278,3 @@ def _tiny_data() -> FederatedDataset:
                           samples_per_class=24, seed=3)
 
 
-def _two_populations() -> FederatedDataset:
-    """Devices 0-2 share one distribution, 3-5 another (other class means, labels permuted)."""
-    pa = make_synthetic(num_devices=3, num_classes=4, num_features=16, groups_per_class=1,
-                        samples_per_class=30, seed=11)
-    pb = make_synthetic(num_devices=3, num_classes=4, num_features=16, groups_per_class=1,
-                        samples_per_class=30, seed=12)
-    perm = np.array([2, 3, 0, 1])
-    devices = list(pa.devices)
-    for i, d in enumerate(pb.devices):
-        d.device_id, d.name = 3 + i, f"population-b-{i}"
-        d.y_train, d.y_test = perm[d.y_train], perm[d.y_test]
-        devices.append(d)
-    return FederatedDataset("two-populations", 16, 4, pa.class_names, devices)

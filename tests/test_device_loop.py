@@ -11,13 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfed.algorithms import ALGORITHMS, Received
-from p2pfed.device import Held, Intake, IntakeRules, encode_share, load_checkpoint, save_checkpoint
+from p2pfed.algorithms import ALGORITHMS
+from p2pfed.device import (
+    Held,
+    Intake,
+    IntakeRules,
+    encode_share,
+    load_checkpoint,
+    save_checkpoint,
+)
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
 from tests.conftest import ROOT
+from tests.hand_driven import clique_rounds
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
 # Six devices, slow links (some transfers are still in flight at a round boundary), partial
@@ -76,17 +84,7 @@ def test_method_state_round_trips_through_a_checkpoint_file(name, tmp_path):
     loaded = _loaded(name)
     dataset = load_scenario_dataset(loaded)
     algos = [build_algorithm(loaded, dataset, i) for i in range(3)]
-    for r in range(3):   # a few rounds of a 3-device clique, by hand, in the loop's order
-        shares = []
-        for a in algos:
-            if a.has_new():
-                a.fuse_new(r, float(r))
-            a.train(r)
-            shares.append(a.share(r))
-        for i, a in enumerate(algos):
-            for j, p in enumerate(shares):
-                if j != i and p is not None:
-                    a.receive(Received(sender=j, round=r, sent_at=float(r), received_at=float(r), payload=p))
+    clique_rounds(algos, range(3))   # a few rounds of a 3-device clique, by hand, in the loop's order
     save_checkpoint(tmp_path / "a.ckpt", "test", "fp", algos[0].state_dict())
     twin = build_algorithm(loaded, dataset, 0)
     twin.load_state_dict(load_checkpoint(tmp_path / "a.ckpt", "test", "fp"))

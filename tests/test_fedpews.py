@@ -11,11 +11,11 @@ import torch
 from p2pfed.algorithms import ArtifactError, Payload, Received
 from p2pfed.algorithms.model_payload import average_into, model_tensors
 from p2pfed.cli.main import main
-from p2pfed.data import FederatedDataset, make_synthetic
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.neuron_masks import fixed_units, parameter_masks
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
+from tests.hand_driven import two_populations
 
 TINY = ["rounds=10", "training.lr=0.1", "dataset.synthetic.num_devices=6",
         "dataset.synthetic.samples_per_class=24", "dataset.synthetic.groups_per_class=2",
@@ -39,21 +39,6 @@ def exchange(algos, r):
                 b.receive(Received(sender=i, round=r, sent_at=float(r), received_at=float(r),
                                    payload=copy.deepcopy(payload)))
     return sent
-
-
-def two_populations() -> FederatedDataset:
-    """Devices 0-2 draw from one distribution, 3-5 from another (other class means, labels permuted)."""
-    pa = make_synthetic(num_devices=3, num_classes=4, num_features=16, groups_per_class=1,
-                        samples_per_class=30, seed=11)
-    pb = make_synthetic(num_devices=3, num_classes=4, num_features=16, groups_per_class=1,
-                        samples_per_class=30, seed=12)
-    perm = np.array([2, 3, 0, 1])
-    devices = list(pa.devices)
-    for i, d in enumerate(pb.devices):
-        d.device_id, d.name = 3 + i, f"population-b-{i}"
-        d.y_train, d.y_test = perm[d.y_train], perm[d.y_test]
-        devices.append(d)
-    return FederatedDataset("two-populations", 16, 4, pa.class_names, devices)
 
 
 @pytest.fixture(autouse=True)
@@ -243,7 +228,8 @@ def test_validate_refuses_a_warmup_that_never_ends(tmp_path, capsys):
 @pytest.mark.slow
 def test_real_peers_run_the_warmup_and_match_the_simulation(tmp_path, capsys):
     """Three peer processes on loopback: the same switch, statistics and bytes as simulated."""
-    from tests.peer_support import SCENARIO, TINY as PEERS
+    from tests.peer_support import SCENARIO
+    from tests.peer_support import TINY as PEERS
 
     sets = [*PEERS, "algorithm.name=fedpews", "algorithm.warmup_rounds=2"]
     code = main(["launch", str(SCENARIO), "--peers", "3", "--out", str(tmp_path / "launch"), "--insecure",

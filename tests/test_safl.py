@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfed.algorithms import ArtifactError, Received
+from p2pfed.algorithms import ArtifactError
 from p2pfed.algorithms.safl import rate_schedule
 from p2pfed.algorithms.submodel_payload import decode_submodel, encode_submodel
 from p2pfed.cli.main import main
@@ -19,12 +19,19 @@ from p2pfed.device import full_model_bytes
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.heterogeneous import SubModel, fuse_cluster, preserve_personal
 from p2pfed.learning.model import MLP
-from p2pfed.learning.slimming import (element_masks, kept_parameter_fraction, pruned_fraction,
-                                      pruned_units_frozen, slim_masks, zero_pruned_gates)
+from p2pfed.learning.slimming import (
+    element_masks,
+    kept_parameter_fraction,
+    pruned_fraction,
+    pruned_units_frozen,
+    slim_masks,
+    zero_pruned_gates,
+)
 from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import ScenarioError, load_scenario
 from p2pfed.transport import Message, encode
 from tests.conftest import ROOT
+from tests.hand_driven import clique_rounds
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
 SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
@@ -150,17 +157,7 @@ def _run_clique(extra: list[str], rounds: int = 8):
     dataset = _planted()
     algos = [build_algorithm(loaded, dataset, i) for i in range(len(dataset.devices))]
     torch.set_num_threads(loaded.scenario.engine.torch_threads)   # as the runtimes do: tiny models, one thread
-    for r in range(rounds):
-        shares = []
-        for a in algos:
-            if a.has_new():
-                a.fuse_new(r, float(r))
-            a.train(r)
-            shares.append(a.share(r))
-        for i, a in enumerate(algos):
-            for j, p in enumerate(shares):
-                if j != i:
-                    a.receive(Received(sender=j, round=r, sent_at=float(r), received_at=float(r), payload=p))
+    clique_rounds(algos, range(rounds))
     return algos
 
 
