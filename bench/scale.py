@@ -13,10 +13,6 @@ s/round is the mean wall time of the rounds after the first (evaluation every ro
 
     python bench/scale.py --devices 36,100,300,1000,3000,10000 --methods gossip-avg,fedsub \\
         --rounds 10 --out bench/results/scale
-
-``--routed-network`` runs the simulator with ``p2pfed.transport.inproc.RoutedInprocNetwork`` in
-place of ``delivery.InprocNetwork`` (one socket pair instead of two sockets per device), for
-sweeps past ~500 devices before the engine uses it itself.
 """
 
 from __future__ import annotations
@@ -50,10 +46,6 @@ def worker(args: argparse.Namespace) -> None:
     from p2pfed.engine.runner import run_scenario
     from p2pfed.scenario.loader import load_scenario
 
-    if args.routed_network:
-        from p2pfed.engine import delivery
-        from p2pfed.transport.inproc import RoutedInprocNetwork
-        delivery.InprocNetwork = RoutedInprocNetwork
     loaded = load_scenario(SCENARIO, federation_overrides(args.worker, args.rounds) + args.set)
     loaded = loaded.with_algorithm(args.worker_method)
     t0 = time.perf_counter()
@@ -71,8 +63,6 @@ def worker(args: argparse.Namespace) -> None:
 def run_one(method: str, devices: int, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", str(devices), "--worker-method", method,
            "--rounds", str(args.rounds)] + [x for s in args.set for x in ("--set", s)]
-    if args.routed_network:
-        cmd.append("--routed-network")
     failed = {"method": method, "devices": devices, "rounds": args.rounds}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -123,7 +113,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--set", action="append", default=[], help="extra scenario override key=value")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
-    ap.add_argument("--routed-network", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench/results/scale"))
     ap.add_argument("--title", default="")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
