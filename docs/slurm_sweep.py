@@ -13,7 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from dask_jobqueue import SLURMCluster
+try:
+    from dask_jobqueue import SLURMCluster
+except ModuleNotFoundError:
+    sys.exit("docs/slurm_sweep.py needs dask-jobqueue: pip install -e '.[slurm]'")
 
 from p2pfed.sweep.run import run_sweep
 

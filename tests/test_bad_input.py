@@ -214,6 +214,24 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, ca
     assert err.value.problems == [f"{peer}: out: {a_file}: exists and is not a folder"]
 
 
+def test_a_write_that_fails_after_the_check_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    """The disk can fill up or a folder turn read-only during a run: one line, exit 1, no traceback."""
+    import errno
+
+    from p2pfed.results import files
+
+    def full_disk(path, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(files, "write_csv", full_disk)
+    out = tmp_path / "out"
+    assert main(["run", str(SMALL), "--out", str(out), "--quiet", "--set", "rounds=1",
+                 "--set", "dataset.synthetic.num_devices=3"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"p2pfed: error: {out / 'rounds.csv'}: No space left on device"
+    assert "Traceback" not in "\n".join(err)
+
+
 def _strict_json(text: str):
     def refuse(name):
         raise AssertionError(f"{name} is not JSON")

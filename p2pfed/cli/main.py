@@ -291,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # unknown algorithm names, impossible topologies, bad data files
         print(f"p2pfed: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:  # the machine, not the input: a disk that filled up, a folder made read-only
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"p2pfed: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
