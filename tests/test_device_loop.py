@@ -211,10 +211,10 @@ def test_a_restarted_peers_resend_request_is_answered_once_with_the_frames_it_lo
     save_checkpoint(tmp_path / "c.pt", "peer", "f", {"sent": sent.state_dict()})
     restored = SentFrames()
     restored.load_state_dict(load_checkpoint(tmp_path / "c.pt", "peer", "f")["sent"])
-    assert list(restored.for_request(1, 3, current_round=4)) == [b"r3", b"r4-to-1"]
-    assert list(restored.for_request(1, 3, current_round=4)) == []   # asked again in the same round
-    assert list(restored.for_request(2, 4, current_round=4)) == []   # nothing of round 4 for peer 2
-    assert list(restored.for_request(1, 4, current_round=5)) == [b"r4-to-1"]
+    assert restored.for_request(1, 3, current_round=4) == [b"r3", b"r4-to-1"]
+    assert restored.for_request(1, 3, current_round=4) is None    # asked again in the same round
+    assert restored.for_request(2, 4, current_round=4) == []      # nothing of round 4 for peer 2
+    assert restored.for_request(1, 4, current_round=5) == [b"r4-to-1"]
 
 
 # -- layers ---------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ figures, which count each artifact shared once, as the simulator does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +40,14 @@ class SentFrames:
         self.frames = [f for f in self.frames if f[0] > round - KEPT_ROUNDS]
         self.frames.append((round, to, data))
 
-    def for_request(self, peer: int, from_round: int, current_round: int) -> Iterator[bytes]:
-        """The kept frames a request from ``peer`` asks for. One answer per peer per round of
-        this peer: a neighbour repeating its request cannot make it resend without end."""
+    def for_request(self, peer: int, from_round: int, current_round: int) -> list[bytes] | None:
+        """The kept frames a request from ``peer`` asks for; None when that peer was answered in
+        this peer's round already: a neighbour repeating its request cannot make it resend
+        without end."""
         if self.answered.get(peer) == current_round:
-            return
+            return None
         self.answered[peer] = current_round
-        for round, to, data in self.frames:
-            if round >= from_round and to in (None, peer):
-                yield data
+        return [data for round, to, data in self.frames if round >= from_round and to in (None, peer)]
 
     def state_dict(self) -> dict[str, Any]:
         # Frames as byte tensors: a checkpoint loads with torch's weights-only reader.

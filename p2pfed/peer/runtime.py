@@ -215,10 +215,12 @@ class Peer:
 
     def _answer(self, request: ResendRequest) -> None:
         """Send a restarted neighbour again what this peer shared from its resume round on."""
-        endpoint = self.endpoints[request.sender]
+        frames = self.sent_frames.for_request(request.sender, request.from_round, self.next_round)
+        if frames is None:
+            return
         self.recovery.requests_answered += 1
-        for data in self.sent_frames.for_request(request.sender, request.from_round, self.next_round):
-            if self.outbox.send(endpoint, data, timeout_ms=0):
+        for data in frames:
+            if self.outbox.send(self.endpoints[request.sender], data, timeout_ms=0):
                 self.recovery.frames_resent += 1
                 self.recovery.bytes_resent += len(data)
 
