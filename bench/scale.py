@@ -10,6 +10,8 @@ the sweep. Writes ``scale.csv`` and ``scale.png`` into ``--out``.
 
 s/round is the mean wall time of the rounds after the first (evaluation every round included);
 ``first_round_s`` is the time to the end of round 1 (data, models, sockets, then round 1).
+``estimated_mib`` is what ``p2pfed.engine.footprint`` predicted for the run before it started,
+beside the peak RSS measured: the calibration of the memory refusal.
 
     python bench/scale.py --devices 36,100,300,1000,3000,10000 --methods gossip-avg,fedsub \\
         --rounds 10 --out bench/results/scale
@@ -28,7 +30,7 @@ from pathlib import Path
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "synthetic-small.yaml"
 COLUMNS = ["method", "devices", "rounds", "s_per_round", "first_round_s", "total_s", "peak_rss_mib",
-           "f1_final", "error"]
+           "estimated_mib", "f1_final", "error"]
 
 
 def federation_overrides(devices: int, rounds: int) -> list[str]:
@@ -46,6 +48,11 @@ def worker(args: argparse.Namespace) -> None:
     from p2pfed.engine.runner import run_scenario
     from p2pfed.scenario.loader import load_scenario
 
+    from p2pfed.engine import runner
+
+    estimates = []   # what engine/footprint.py predicted, beside the peak RSS measured (calibration)
+    check = runner.check_memory
+    runner.check_memory = lambda *a, **k: estimates.append(check(*a, **k)) or estimates[-1]
     loaded = load_scenario(SCENARIO, federation_overrides(args.worker, args.rounds) + args.set)
     loaded = loaded.with_algorithm(args.worker_method)
     t0 = time.perf_counter()
@@ -56,6 +63,7 @@ def worker(args: argparse.Namespace) -> None:
            "s_per_round": round(clock.per_round_s, 4), "first_round_s": round(clock.first_round_s, 2),
            "total_s": round(total, 2),
            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "estimated_mib": round(estimates[-1].total_bytes / 2**20, 1) if estimates else "",
            "f1_final": summary["final"]["f1_macro_mean"], "error": ""}
     print(json.dumps(row))
 
