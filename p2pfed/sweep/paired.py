@@ -19,14 +19,18 @@ from scipy import stats
 
 from p2pfed.results.files import read_csv
 from p2pfed.sweep.aggregate import CONFIDENCE, CellResult, value_text
+from p2pfed.sweep.cells import knows
 
 COLUMNS = ["a", "b", "seeds", "pairs", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low", "f1_diff_ci_high",
            "p_value", "bytes_ratio"]
 
 
 def label(r: CellResult) -> str:
-    """A configuration's name: the method and its swept values, e.g. ``fedsub algorithm.fusion=overlap``."""
-    return " ".join([r.point.method, *(f"{k}={value_text(v)}" for k, v in r.point.values)])
+    """A configuration's name: the method and the swept values it has, e.g. ``fedsub
+    algorithm.fusion=overlap``; a key the method lacks (it ran without it) is left out, so its
+    points are one configuration."""
+    method = r.point.method
+    return " ".join([method, *(f"{k}={value_text(v)}" for k, v in r.point.values if knows(method, k))])
 
 
 def per_device_f1(r: CellResult) -> dict[int, float]:
