@@ -6,9 +6,9 @@ links they give it.
 """
 
 from p2pfed.device.intake import Held, Intake, IntakeRules
-from p2pfed.device.loop import DeviceLoop, Outgoing
+from p2pfed.device.loop import DeviceLoop, Outgoing, act_together
 from p2pfed.device.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from p2pfed.device.wire import RELAY_KEY, encode_share, full_model_bytes
 
-__all__ = ["CheckpointError", "DeviceLoop", "Held", "Intake", "IntakeRules", "Outgoing", "RELAY_KEY", "encode_share",
-           "full_model_bytes", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "DeviceLoop", "Held", "Intake", "IntakeRules", "Outgoing", "RELAY_KEY", "act_together",
+           "encode_share", "full_model_bytes", "load_checkpoint", "save_checkpoint"]
