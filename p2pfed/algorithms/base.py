@@ -152,7 +152,8 @@ class Algorithm(ABC):
         instead of calling ``train``; None: the method trains its own way. A method that keeps the
         default ``train`` is plain by definition and offers the job; one that overrides ``train``
         offers none unless it overrides this too, for the rounds where its training is plain."""
-        return self.plain_training_job() if type(self).train is Algorithm.train else None
+        plain = getattr(self.train, "__func__", None) is Algorithm.train   # not overridden anywhere
+        return self.plain_training_job() if plain else None
 
     def plain_training_job(self) -> TrainingJob:
         """The default ``train`` as a job: ``job.run()`` is exactly ``Algorithm.train``."""
