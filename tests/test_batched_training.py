@@ -12,7 +12,7 @@ import torch
 from p2pfed.algorithms import ALGORITHMS
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning import batched_training
-from p2pfed.learning.batched_training import TrainingJob, train_group, train_jobs, vmap_forward
+from p2pfed.learning.batched_training import TrainingJob, train_group, train_jobs
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
@@ -79,17 +79,6 @@ def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_para
         batched_training.train_group = real
     assert sorted(groups) == [3, 3]   # (the empty device trains alone: nothing to do)
     _assert_same(loop, batched, [job.run() for job in loop], losses)
-
-
-@pytest.mark.parametrize("gates", [False, True])
-def test_the_grouped_matmuls_equal_the_models_own_forward_under_vmap(gates):
-    """``mlp_forward`` writes the MLP's forward out; vmap over the module itself is the reference."""
-    config = CONFIGS[3]
-    sizes = SIZES[:3] + SIZES[4:]
-    loop, written, library = (_jobs(config, sizes, gates=gates) for _ in range(3))
-    loop_losses = [job.run() for job in loop]
-    _assert_same(loop, written, loop_losses, train_group(written))
-    _assert_same(loop, library, loop_losses, train_group(library, vmap_forward))
 
 
 def test_train_group_is_the_same_whatever_order_the_devices_come_in():

@@ -4,11 +4,11 @@ Devices that train at the same simulated instant each run a few small SGD steps 
 one model at a time, the cost is mostly per-step overhead (optimiser, autograd, Python), not
 arithmetic. Here the models that share an architecture and a training configuration are stacked
 along a leading device dimension and trained together: one forward, one backward and one
-parameter update per step for the whole group. The forward is the MLP's as grouped matmuls
-(``torch.baddbmm``); ``torch.func.functional_call`` under ``torch.vmap`` gives the same for any
-module and is kept as the reference (``vmap_forward``): on the quickstart and on 300-1,000
-synthetic devices the grouped matmuls measured 5-35 % faster on CPU
-(``bench/batched_training_bench.py``).
+parameter update per step for the whole group, the model's own forward run over the stacked
+parameters by ``torch.func.functional_call`` under ``torch.vmap``. Writing the MLP out as grouped
+matmuls (``torch.baddbmm``) measured no faster on CPU (``bench/batched_training_bench.py``:
+within the noise of a loaded machine either way, the same in a forward+backward micro-benchmark),
+so the library path stays.
 
 The result equals ``train_epochs`` run on each device in turn (to float rounding; a test compares
 them): each device's shuffling order is drawn from its own generator, in the same order the loop
@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from p2pfed.learning.model import MLP
 from p2pfed.learning.training import TrainingConfig, train_epochs
 
 
@@ -59,8 +58,8 @@ class TrainingJob:
         return (type(self.model), shapes, self.config, self.num_epochs)
 
     def batchable(self) -> bool:
-        """Data to train on, and the MLP (whose stacked forward ``mlp_forward`` writes out)."""
-        return self.x.shape[0] > 0 and type(self.model) is MLP
+        """Data to train on, and no buffers (a batch norm's running statistics are not stacked)."""
+        return self.x.shape[0] > 0 and not any(True for _ in self.model.buffers())
 
 
 def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float]:
@@ -87,30 +86,11 @@ StackedForward = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 
 
 def vmap_forward(template: nn.Module) -> StackedForward:
-    """``template``'s own forward over stacked parameters (k, ...) and inputs (k, batch, ...):
-    the reference ``mlp_forward`` must equal."""
+    """``template``'s own forward over stacked parameters (k, ...) and inputs (k, batch, ...)."""
     return torch.vmap(lambda params, x: functional_call(template, params, (x,)))
 
 
-def mlp_forward(template: nn.Module) -> StackedForward:
-    """``MLP.forward`` over stacked parameters, as grouped matmuls: Linear → ReLU (× unit gate)
-    → … → Linear."""
-    hidden, gated = len(template.layers) - 1, template.gates is not None
-
-    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i in range(hidden + 1):
-            h = torch.baddbmm(params[f"layers.{i}.bias"].unsqueeze(1), h,
-                              params[f"layers.{i}.weight"].transpose(1, 2))
-            if i < hidden:
-                h = torch.relu(h)
-                if gated:
-                    h = h * params[f"gates.{i}"].unsqueeze(1)
-        return h
-    return forward
-
-
-def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], StackedForward] = mlp_forward
+def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], StackedForward] = vmap_forward
                 ) -> list[float]:
     """Train same-architecture, same-configuration jobs (all with data) as one batch."""
     config, epochs = jobs[0].config, jobs[0].num_epochs
@@ -124,22 +104,20 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     d = len(jobs)
     template = jobs[0].model
     names = [name for name, _ in template.named_parameters()]
+    own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
     with torch.no_grad():
-        stacked = {n: torch.stack([dict(j.model.named_parameters())[n].detach() for j in jobs])
-                   for n in names}
+        stacked = {n: torch.stack([params[k] for params in own]) for k, n in enumerate(names)}
     for p in stacked.values():
         p.requires_grad_(True)
     momentum = ({n: torch.zeros_like(p) for n, p in stacked.items()} if config.momentum != 0 else None)
 
     x_all = torch.cat([j.x for j in jobs])
     y_all = torch.cat([j.y for j in jobs])
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     steps = [-(-n // bs) for n in sizes]
     width = steps[0] * bs
-    device_of = torch.repeat_interleave(torch.arange(d), torch.as_tensor(sizes))
-    position = torch.cat([torch.arange(n) for n in sizes])
     valid = torch.arange(width).unsqueeze(0) < torch.as_tensor(sizes).unsqueeze(1)   # (d, width)
     active_at = [sum(1 for s in steps if s > t) for t in range(steps[0])]
+    shuffle = _Shuffler(jobs, sizes, width)
 
     batched_forward = forward(template)
     for j in jobs:
@@ -147,10 +125,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     losses = torch.full((epochs * steps[0], d), float("nan"), dtype=torch.float64)
     row = 0
     for _ in range(epochs):
-        index = torch.zeros((d, width), dtype=torch.int64)
-        perms = torch.cat([torch.randperm(n, generator=j.generator) + int(off)
-                           for j, n, off in zip(jobs, sizes, offsets, strict=True)])
-        index[device_of, position] = perms
+        index = shuffle.epoch()
         for t in range(steps[0]):
             k = active_at[t]
             cols = slice(t * bs, (t + 1) * bs)
@@ -159,16 +134,16 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             logits = batched_forward(params, x_all[idx])
             per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
             per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
-            grads = torch.autograd.grad(per_device.sum(), list(params.values()))
+            grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
             with torch.no_grad():
                 _sgd_step(params, dict(zip(names, grads, strict=True)), config,
                           None if momentum is None else {n: b[:k] for n, b in momentum.items()})
             losses[row, :k] = per_device.detach().to(torch.float64)
             row += 1
     with torch.no_grad():
-        for i, j in enumerate(jobs):
-            for n, p in j.model.named_parameters():
-                p.copy_(stacked[n][i])
+        for k, n in enumerate(names):
+            for params, trained in zip(own, stacked[n], strict=True):
+                params[k].copy_(trained)
     means = np.nanmean(losses.numpy(), axis=0)
     out = [0.0] * d
     for i, original in enumerate(order):
@@ -176,13 +151,36 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     return out
 
 
-def _sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], config: TrainingConfig,
+class _Shuffler:
+    """Each epoch's batches: row ``d`` lists device ``d``'s samples (indices into the stacked data)
+    in the order of a ``randperm`` from its own generator — the one draw per epoch the loop makes."""
+
+    def __init__(self, jobs: Sequence[TrainingJob], sizes: list[int], width: int) -> None:
+        self.generators = [j.generator for j in jobs]
+        self.sizes = sizes
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+        self.device_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.as_tensor(sizes))
+        self.position = torch.cat([torch.arange(n) for n in sizes])
+        self.width = width
+
+    def epoch(self) -> torch.Tensor:
+        """(devices, width) sample indices; positions past a device's size are 0 (masked out)."""
+        index = torch.zeros((len(self.sizes), self.width), dtype=torch.int64)
+        index[self.device_of, self.position] = torch.cat([
+            torch.randperm(n, generator=g) + off
+            for g, n, off in zip(self.generators, self.sizes, self.offsets, strict=True)])
+        return index
+
+
+def _sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | None], config: TrainingConfig,
               momentum: dict[str, torch.Tensor] | None) -> None:
     """``torch.optim.SGD.step`` (no dampening, no Nesterov) on stacked views, written out so
     that only the devices still training move. A zero momentum buffer gives the same first step as
     SGD's copy of the first gradient (0·m + g = g exactly)."""
     for n, p in params.items():
         g = grads[n]
+        if g is None:   # a parameter the loss does not use: SGD skips it (no decay either)
+            continue
         if config.weight_decay != 0:
             g = g.add(p, alpha=config.weight_decay)
         if momentum is not None:
