@@ -6,9 +6,9 @@ arithmetic. Here the models that share an architecture and a training configurat
 along a leading device dimension and trained together: one forward, one backward and one
 parameter update per step for the whole group, the model's own forward run over the stacked
 parameters by ``torch.func.functional_call`` under ``torch.vmap``. Writing the MLP out as grouped
-matmuls (``torch.baddbmm``) measured no faster on CPU (``bench/batched_training_bench.py``:
-within the noise of a loaded machine either way, the same in a forward+backward micro-benchmark),
-so the library path stays.
+matmuls (``torch.baddbmm``) measured at most ~10 % faster on CPU, often less than the run-to-run
+noise (``bench/batched_training_bench.py``; a forward+backward micro-benchmark of the two was
+even), so the library path stays.
 
 The result equals ``train_epochs`` run on each device in turn (to float rounding; a test compares
 them): each device's shuffling order is drawn from its own generator, in the same order the loop
