@@ -2,6 +2,8 @@
 clear line per problem naming the file and column."""
 from __future__ import annotations
 
+import json
+
 import sys
 
 import numpy as np
@@ -257,6 +259,12 @@ def test_example_scenario_runs(repo_root, tmp_path):
     assert (repo_root / "scenarios" / "data" / "own-data-example.csv").stat().st_size < 200_000
     summary = run_scenario(loaded, tmp_path, progress=False)
     assert summary["devices"] == 8 and 0 < summary["final"]["f1_macro_mean"] <= 1
+    # The results say which split they were measured on: every device's examples per class.
+    written = json.loads((tmp_path / "dataset.json").read_text())
+    counts = written["class_counts"]
+    assert list(counts) == [d.name for d in data.devices]
+    assert [c["train"] for c in counts.values()] == data.class_counts("train").tolist()
+    assert [c["test"] for c in counts.values()] == data.class_counts("test").tolist()
 
 
 def test_digits_scenario_validates(repo_root):

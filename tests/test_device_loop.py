@@ -187,6 +187,36 @@ def test_a_peer_holds_a_faster_neighbours_later_round_until_it_gets_there(tmp_pa
     assert rec2.drop_reasons == {"repeat": 1} and restored.algorithm.cache[1] is item
 
 
+def test_a_restarted_peers_resend_request_is_answered_once_with_the_frames_it_lost(tmp_path):
+    """What reached a peer after its last checkpoint died with it: on restart it asks each
+    neighbour to send again what it shared from the resume round on. Only real peers answer
+    (the simulator's intake drops the kind); one answer per neighbour per round."""
+    from p2pfed.device import ResendRequest, encode_resend_request
+    from p2pfed.peer.recovery import SentFrames
+
+    request = encode_resend_request(1, 3, 0.0, 2**24)
+    peer_intake, rec, _, _ = _intake(hold_later_rounds=True)
+    assert peer_intake.take(request, link=1, now=0.0, round=4) == ResendRequest(sender=1, from_round=3)
+    assert not peer_intake.algorithm.cache and rec.devices[0].messages_received == 0
+    sim_intake, sim_rec, _, _ = _intake()
+    assert sim_intake.take(request, link=1, now=0.0, round=4) is None
+    assert sim_rec.drop_reasons == {"artifact": 1}
+    assert peer_intake.take(encode_resend_request(2, 3, 0.0, 2**24), link=1, now=0.0, round=4) is None
+    assert rec.drop_reasons == {"identity": 1}   # the request, too, must come from its sender
+
+    sent = SentFrames()
+    for r, to, data in [(1, None, b"r1"), (2, None, b"r2"), (3, None, b"r3"), (3, 2, b"r3-to-2"), (4, 1, b"r4-to-1")]:
+        sent.keep(r, to, data)
+    assert [f[0] for f in sent.frames] == [3, 3, 4]          # only the last two rounds are kept
+    save_checkpoint(tmp_path / "c.pt", "peer", "f", {"sent": sent.state_dict()})
+    restored = SentFrames()
+    restored.load_state_dict(load_checkpoint(tmp_path / "c.pt", "peer", "f")["sent"])
+    assert list(restored.for_request(1, 3, current_round=4)) == [b"r3", b"r4-to-1"]
+    assert list(restored.for_request(1, 3, current_round=4)) == []   # asked again in the same round
+    assert list(restored.for_request(2, 4, current_round=4)) == []   # nothing of round 4 for peer 2
+    assert list(restored.for_request(1, 4, current_round=5)) == [b"r4-to-1"]
+
+
 # -- layers ---------------------------------------------------------------------------------------
 def test_sub_packages_import_one_way():
     """The layering contract in setup.cfg, checked by import-linter on the installed package."""

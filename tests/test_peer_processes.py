@@ -41,6 +41,9 @@ def test_launch_gives_the_simulations_numbers(tmp_path, capsys):
     assert list(rows[0]) == list(next(csv.DictReader((tmp_path / "sim" / "rounds.csv").open())))
     assert len(list(csv.DictReader((out / "devices.csv").open()))) == 3
     assert (out / "plot.png").stat().st_size > 1000
+    # Each peer reports its own class counts: the merged account equals the simulator's.
+    real_data = json.loads((out / "dataset.json").read_text())["class_counts"]
+    assert real_data == json.loads((tmp_path / "sim" / "dataset.json").read_text())["class_counts"]
 
 
 def _next_round(checkpoint: Path) -> int:
@@ -52,16 +55,8 @@ def _next_round(checkpoint: Path) -> int:
 
 def _killed_peer_case(method: str):
     """Ditto (a personal model beside the shared one) stays in the default suite; every other
-    method is the same check, marked slow (each spawns three torch processes twice over).
-    Known gap (issue 10's note): FedRep's peers equal the simulation through round 7 of 8, then one
-    device's last evaluation differs (0.026 mean F1); strict, so the test says when it is fixed."""
-    if method == "ditto":
-        return method
-    marks = [pytest.mark.slow]
-    if method == "fedrep":
-        marks.append(pytest.mark.xfail(strict=True, reason="fedrep: last-round evaluation of one real "
-                                                           "peer differs from the simulation"))
-    return pytest.param(method, marks=marks)
+    method is the same check, marked slow (each spawns three torch processes twice over)."""
+    return method if method == "ditto" else pytest.param(method, marks=pytest.mark.slow)
 
 
 KILLED_PEER_METHODS = [_killed_peer_case(m) for m in sorted(ALGORITHMS)]
@@ -75,7 +70,8 @@ STAMP_BYTES_PER_MESSAGE = 24
 @pytest.mark.parametrize("method", KILLED_PEER_METHODS)
 def test_a_killed_peer_resumes_from_its_checkpoint_and_gives_the_simulations_numbers(tmp_path, method):
     """SIGKILL one peer mid-run and start it again: it resumes from its checkpoint (the method's
-    whole state) and the run finishes with the numbers of an uninterrupted simulation."""
+    whole state), asks its neighbours for what they sent it after that checkpoint, and the run
+    finishes with the numbers of an uninterrupted simulation."""
     rounds = 8
     overrides = [f"rounds={rounds}", f"algorithm.name={method}"]
     # The others wait for the victim (a generous round timeout): nobody fuses without it, so the
@@ -103,6 +99,10 @@ def test_a_killed_peer_resumes_from_its_checkpoint_and_gives_the_simulations_num
     reports = [json.loads((tmp_path / f"peer-{i}" / "peer.json").read_text()) for i in range(3)]
     assert reports[1]["resumed_from"] == [killed_at]
     assert "resumes from its checkpoint at round" in (tmp_path / "peer-1.log").read_text()
+    # It asked both neighbours to send again; a neighbour answers at most once (one that no
+    # longer waits for it, e.g. under ``local``, may have finished before the request came).
+    assert reports[1]["recovery"]["requests_sent"] == 2
+    assert all(reports[i]["recovery"]["requests_answered"] <= 1 for i in (0, 2))
     for r in reports:
         assert r["rounds_done"] == rounds
         assert sorted(int(k) + 1 for k in r["recorder"]["evaluations"]) == list(range(1, rounds + 1))

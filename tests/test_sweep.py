@@ -62,7 +62,7 @@ def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, c
     # each cell folder is exactly what `p2pfed run` writes
     for r in one:
         assert {p.name for p in (out1 / "cells" / r["cell"]).iterdir()} == \
-            {"rounds.csv", "devices.csv", "summary.json", "plot.png"}
+            {"rounds.csv", "devices.csv", "dataset.json", "summary.json", "plot.png"}
     assert "2 Dask worker" not in capsys.readouterr().err  # this one ran on 1 worker
 
 
@@ -96,6 +96,31 @@ def test_summary_has_t_intervals_over_seeds(two_worker_sweep):
         assert low < mean < high
         assert float(s["f1_ci_high"]) == pytest.approx(high, abs=1e-6)
     assert (out / "sweep.png").stat().st_size > 1000 and (out / "f1_curves.png").stat().st_size > 1000
+
+
+def test_paired_csv_tests_each_pair_of_configurations_over_devices_and_seeds(two_worker_sweep):
+    """A claim "A beats B" pairs the same device under the same seed: paired.csv holds that test
+    for every two configurations, equal to scipy's on the cells' own devices.csv."""
+    from scipy import stats
+
+    _, out = two_worker_sweep
+    cells = rows(out / "sweep.csv")
+    paired = rows(out / "paired.csv")
+    assert len(paired) == 6   # 4 configurations (2 methods x 2 learning rates), every pair once
+    row = next(r for r in paired if r["a"] == "fedsub training.lr=0.05" and r["b"] == "gossip-avg training.lr=0.05")
+
+    def f1(method: str, seed: str) -> list[float]:
+        cell = next(c["cell"] for c in cells if (c["method"], c["training.lr"], c["seed"]) == (method, "0.05", seed))
+        return [float(d["f1_macro"]) for d in rows(out / "cells" / cell / "devices.csv")]
+
+    seeds = sorted({c["seed"] for c in cells})
+    a = sum((f1("fedsub", s) for s in seeds), [])
+    b = sum((f1("gossip-avg", s) for s in seeds), [])
+    assert int(row["seeds"]) == len(seeds) == 2 and int(row["pairs"]) == len(a)
+    assert float(row["f1_diff"]) == pytest.approx(sum(a) / len(a) - sum(b) / len(b), abs=1e-6)
+    assert float(row["p_value"]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-2)
+    assert float(row["f1_diff_ci_low"]) < float(row["f1_diff"]) < float(row["f1_diff_ci_high"])
+    assert float(row["bytes_ratio"]) > 0
 
 
 def test_mean_ci_is_students_t_interval():

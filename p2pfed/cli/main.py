@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing)
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
-    print(f"results in {out}/ (rounds.csv, devices.csv, summary.json, plot.png)")
+    print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
 
 
@@ -208,7 +208,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
-    print(f"results in {out}/ (rounds.csv, devices.csv, summary.json, plot.png; peers/ per peer)")
+    print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png; peers/ per peer)")
     return 0
 
 

@@ -21,7 +21,9 @@ next round) is held, undecoded, and taken in by ``release`` when the receiver re
 a device fuses in round r what its neighbours shared up to round r−1, as in the simulator,
 whatever the wall-clock skew between peers. Under the same rule a repeat of a round already
 received from that sender (a restarted peer sending its round again) is refused as ``repeat``,
-so an artifact is never fused twice.
+so an artifact is never fused twice. Under that rule too, a neighbour's resend request (kind
+``peer/resend``, sent by a peer restarted from its checkpoint) that passed checks 1–3 is returned as
+``ResendRequest`` for the runtime to answer; it never reaches the algorithm.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 
 from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
-from p2pfed.device.wire import RELAY_KEY
+from p2pfed.device.wire import RELAY_KEY, RESEND_KIND
 from p2pfed.results.recorder import Recorder
 from p2pfed.transport import CodecError, Message, decode
 
@@ -53,7 +55,8 @@ class IntakeRules:
     num_devices: int | None = None       # relay origins must be ids below this (None: any id)
     max_bad_messages: int | None = None  # a peer failing more often is ignored (None: never)
     contain_errors: bool = False         # an unexpected error in a check drops instead of raising
-    hold_later_rounds: bool = False      # synchronous real peers: hold later rounds, refuse repeats (above)
+    hold_later_rounds: bool = False      # synchronous real peers: hold later rounds, refuse repeats,
+                                         # pass resend requests up (above)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,14 @@ class Held:
 
     sender: int
     round: int
+
+
+@dataclass(frozen=True)
+class ResendRequest:
+    """A restarted neighbour asks for what this device shared from ``from_round`` on."""
+
+    sender: int
+    from_round: int
 
 
 class Refused(Exception):
@@ -92,13 +103,13 @@ class Intake:
         self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
     def take(self, data: bytes, *, link: int | None, now: float, round: int,
-             decoded: Message | None = None) -> Received | Held | None:
+             decoded: Message | None = None) -> Received | Held | ResendRequest | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
         current round (or evaluation interval), the one a drop is counted in. ``decoded``: ``data``
         already decoded by the codec (a broadcast decoded once for all its receivers, read-only);
         the other checks still run here. Returns the cached item, ``Held`` for a later round's
-        message (see ``hold_later_rounds``), None if dropped."""
+        message or ``ResendRequest`` (see ``hold_later_rounds``), None if dropped."""
         who = link
         try:
             if who is not None and who in self.ignored:
@@ -115,6 +126,8 @@ class Intake:
                 raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
+            if self.rules.hold_later_rounds and msg.kind == RESEND_KIND:
+                return ResendRequest(msg.sender, msg.round)
             past_run = self.rules.rounds is not None and msg.round >= self.rules.rounds
             if self.rules.hold_later_rounds and msg.round > round and not past_run:
                 self.held.append((msg.round, link, bytes(data)))

@@ -15,6 +15,7 @@ from p2pfed.transport import Message, encode
 from p2pfed.transport.codec import encoded_size
 
 RELAY_KEY = "relay"
+RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
 
 
 def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
@@ -23,6 +24,15 @@ def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Pa
     meta = payload.meta if relay is None else {**payload.meta, RELAY_KEY: relay}
     return encode(Message(kind=kind, sender=sender, round=round, sent_at=sent_at, meta=meta,
                           tensors=payload.tensors), max_bytes=max_bytes)
+
+
+def encode_resend_request(sender: int, from_round: int, sent_at: float, max_bytes: int) -> bytes:
+    """A restarted peer's request: "send me again what you shared from ``from_round`` on".
+
+    Frames that reached a peer between its last checkpoint and its death died with it; its
+    neighbours had no way to know. Only real peers send and answer this (no payload)."""
+    return encode(Message(kind=RESEND_KIND, sender=sender, round=from_round, sent_at=sent_at, meta={},
+                          tensors={}), max_bytes=max_bytes)
 
 
 def full_model_bytes(model: nn.Module) -> int:

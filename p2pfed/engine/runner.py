@@ -77,7 +77,8 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
     if out_dir is not None:
-        write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices])
+        write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices],
+                  dataset=dataset.describe())
         if plan is not None:
             from p2pfed.results.plots import plot_contacts
             plot_contacts(plan, [round(sim_time * f) for f in (0.25, 0.5, 0.75)],

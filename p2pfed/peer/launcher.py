@@ -128,6 +128,15 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> list[int | None
     return codes
 
 
+def recovery_totals(reports: list[dict[str, Any]]) -> dict[str, int]:
+    """Resend requests and re-sent frames over all peers (apart from ``comm``: see peer/recovery.py)."""
+    totals: dict[str, int] = {}
+    for r in reports:
+        for key, value in r.get("recovery", {}).items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
 def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -> dict[str, Any]:
     """Merge the peers' ``peer.json`` files into the run's results files; return the summary."""
     reports = []
@@ -146,7 +155,8 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
                                               if r["resumed_from"]},
                                   "ignored_peers": {str(r["id"]): r["ignored"] for r in reports
                                                     if r["ignored"]},
-                                  "send_failed": sum(r["send_failed"] for r in reports)})
+                                  "send_failed": sum(r["send_failed"] for r in reports),
+                                  "recovery": recovery_totals(reports)})
 
 
 def launch(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,

@@ -30,5 +30,7 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     summary = build_summary(dump(loaded), loaded.source, recorder, [p["stats"] for p in peers],
                             devices=len(peers), sim_time_s=rows[-1]["sim_time_s"] if rows else 0.0,
                             wall_time_s=wall_time_s, full_model_bytes=full_model_bytes, **extra)
-    write_run(out_dir, summary, recorder, [p["name"] for p in peers], title_suffix=" (peers)")
+    dataset = {"devices": len(peers), "class_counts": {p["name"]: p["class_counts"] for p in peers
+                                                       if "class_counts" in p}}
+    write_run(out_dir, summary, recorder, [p["name"] for p in peers], title_suffix=" (peers)", dataset=dataset)
     return summary

@@ -9,6 +9,8 @@ differ from a simulated device, as SimPy's ``RealtimeEnvironment`` differs from 
 
 Why the waits are bounded: a neighbour that vanished must never block the others. A neighbour
 that misses a round's deadline counts as absent and is not waited for again until it sends.
+A peer restarted from its checkpoint asks its neighbours to send again what they shared from the
+round it resumes at (``peer/recovery.py``): what reached it after the checkpoint died with it.
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import zmq
 
 from p2pfed.algorithms import Received
-from p2pfed.device import (DeviceLoop, Held, Intake, IntakeRules, full_model_bytes, load_checkpoint,
-                           save_checkpoint)
+from p2pfed.device import (DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
+                           full_model_bytes, load_checkpoint, save_checkpoint)
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
+from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
@@ -76,6 +81,9 @@ class Peer:
         schedule = build_class_schedule(self.loaded, dataset) if device is None else None
         self.visible_classes = (lambda r: schedule.visible(cfg.id, r)) if schedule else None
         self.name = self.algo.ctx.device.name
+        own = self.algo.ctx.device
+        self.class_counts = {"train": np.bincount(own.y_train, minlength=dataset.num_classes).tolist(),
+                             "test": np.bincount(own.y_test, minlength=dataset.num_classes).tolist()}
         self.full_model_bytes = full_model_bytes(self.algo.ctx.model)
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -98,6 +106,8 @@ class Peer:
         self.absent: set[int] = set()
         self.resumed_from: list[int] = []
         self.send_failed = 0
+        self.sent_frames = SentFrames()
+        self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
         torch.set_num_threads(sc.engine.torch_threads)
         self._open_sockets(loaded_config)
@@ -170,6 +180,9 @@ class Peer:
         item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
         if item is None:
             return False
+        if isinstance(item, ResendRequest):
+            self._answer(item)
+            return True
         self._heard(item)
         return True
 
@@ -200,9 +213,27 @@ class Peer:
             self.handle(frame)
         return True
 
+    def _answer(self, request: ResendRequest) -> None:
+        """Send a restarted neighbour again what this peer shared from its resume round on."""
+        endpoint = self.endpoints[request.sender]
+        self.recovery.requests_answered += 1
+        for data in self.sent_frames.for_request(request.sender, request.from_round, self.next_round):
+            if self.outbox.send(endpoint, data, timeout_ms=0):
+                self.recovery.frames_resent += 1
+                self.recovery.bytes_resent += len(data)
+
+    def _ask_to_resend(self) -> None:
+        """After a restart: ask every neighbour for its frames from the round this peer resumes at."""
+        request = encode_resend_request(self.config.id, self.next_round, time.time(),
+                                        self.loaded.scenario.engine.max_message_bytes)
+        for nid, endpoint in sorted(self.endpoints.items()):
+            if nid not in self.ignored and self.outbox.send(endpoint, request, timeout_ms=0):
+                self.recovery.requests_sent += 1
+
     def _share(self, data: bytes, r: int, to: int | None = None) -> None:
         """Send to every neighbour, or only to ``to`` when the part is addressed."""
         me = self.config.id
+        self.sent_frames.keep(r, to, data)
         for nid, endpoint in sorted(self.endpoints.items()):
             if nid in self.ignored or (to is not None and nid != to):
                 continue
@@ -237,10 +268,12 @@ class Peer:
     # -- state ---------------------------------------------------------------------------------
     def _save(self) -> None:
         runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
-                   "send_failed": self.send_failed, "start_time": self.start_time}
+                   "send_failed": self.send_failed, "start_time": self.start_time,
+                   "recovery": asdict(self.recovery)}
         save_checkpoint(self.checkpoint_path, "peer", self.fingerprint,
                         {"next_round": self.next_round, "device": self.loop.state_dict(),
-                         "intake": self.intake.state_dict(), "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
+                         "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
+                         "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
                          "runtime": json.dumps(runtime, allow_nan=False)})
 
     def _resume(self) -> None:
@@ -250,11 +283,13 @@ class Peer:
         self.next_round = int(state["next_round"])
         self.loop.load_state_dict(state["device"])
         self.intake.load_state_dict(state["intake"])
+        self.sent_frames.load_state_dict(state["sent_frames"])
         self.recorder.load_state_dict(json.loads(state["recorder"]))
         runtime = json.loads(state["runtime"])
         self.latest = {int(k): v for k, v in runtime["latest"].items()}
         self.send_failed = runtime["send_failed"]
         self.start_time = runtime["start_time"]
+        self.recovery = RecoveryCounters(**runtime["recovery"])
         self.resumed_from = runtime["resumed_from"] + [self.next_round]
         log.warning("peer %d resumes from its checkpoint at round %d", self.config.id, self.next_round)
 
@@ -264,6 +299,8 @@ class Peer:
         sc = self.loaded.scenario
         self._resume()
         self.next_round_at_start = self.next_round
+        if self.resumed_from:
+            self._ask_to_resend()
         for r in range(self.next_round, sc.rounds):
             round_end = time.monotonic() + self.config.round_period_s
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
@@ -287,6 +324,7 @@ class Peer:
                 "stats": self.algo.stats(), "ignored": sorted(self.ignored),
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
                 "start_time": self.start_time, "rounds_done": self.next_round,
+                "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes}
 
     def finish(self) -> dict[str, Any]:
@@ -296,7 +334,7 @@ class Peer:
         return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,
-                                      "resumed_from": self.resumed_from})
+                                      "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 
 
 def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, Any]:

@@ -103,8 +103,13 @@ def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
 
 
 def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names: list[str],
-              title_suffix: str = "") -> None:
-    """All files of one run into ``out_dir`` (created if needed)."""
+              title_suffix: str = "", dataset: dict[str, Any] | None = None) -> None:
+    """All files of one run into ``out_dir`` (created if needed); ``dataset``: the federation's
+    account (partition, per-device class counts) for ``dataset.json``, so a result says which
+    data split it was measured on."""
+    if dataset is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_json(Path(out_dir) / "dataset.json", dataset, indent=1)
     write_results_files(out_dir, summary, recorder.rows, device_rows(recorder, names),
                         title=f"{summary['scenario']} — {summary['algorithm']}{title_suffix}")
 

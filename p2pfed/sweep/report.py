@@ -1,4 +1,4 @@
-"""``p2pfed report DIR``: sweep.csv, summary.csv and the plots, rebuilt from the cell folders.
+"""``p2pfed report DIR``: sweep.csv, summary.csv, paired.csv and the plots, rebuilt from the cell folders.
 
 The sweep command ends by calling the same function, so a report made later (after a
 ``--resume``, or on another machine from a copied folder) is the same as the one made at the end.
@@ -13,10 +13,12 @@ from p2pfed.results.files import write_csv
 from p2pfed.sweep import store
 from p2pfed.sweep.aggregate import (collect, curves, summary_columns, summary_rows, sweep_columns,
                                     sweep_rows)
+from p2pfed.sweep.paired import COLUMNS as PAIRED_COLUMNS
+from p2pfed.sweep.paired import paired_rows
 from p2pfed.sweep.plots import plot_curves, plot_sweep
 from p2pfed.sweep.spec import SweepError
 
-FILES = "sweep.csv, summary.csv, sweep.png, f1_curves.png"
+FILES = "sweep.csv, summary.csv, paired.csv, sweep.png, f1_curves.png"
 
 
 def build_report(out: Path) -> str:
@@ -28,6 +30,7 @@ def build_report(out: Path) -> str:
     write_csv(out / "sweep.csv", sweep_columns(keys), sweep_rows(results))
     rows = summary_rows(results, keys)
     write_csv(out / "summary.csv", summary_columns(keys), rows)
+    write_csv(out / "paired.csv", PAIRED_COLUMNS, paired_rows(results))
     plot_sweep(rows, keys, out / "sweep.png", title=name)
     x, panels = curves(results)
     plot_curves(x, panels, out / "f1_curves.png", title=f"{name}: F1 over {'rounds' if x == 'round' else 'time'}")
