@@ -7,7 +7,10 @@ dropped where the method lacks them) through the public runner; s/round is the m
 the rounds after the first, evaluation rounds included. Everything runs in this one process,
 one after the other, so the ratios compare like with like; read them, not the absolute times.
 
-    python bench/speed.py [--rounds 10] [--methods gossip-avg,fedsub] [--set key=value ...]
+With ``--compare-batched`` each method also runs with ``engine.batched_training=false`` (one
+model at a time), right after its batched run, and the line shows both and their ratio.
+
+    python bench/speed.py [--rounds 10] [--methods gossip-avg,fedsub] [--compare-batched] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--methods", default=",".join(ALGORITHMS))
     ap.add_argument("--set", action="append", default=[], help="scenario override key=value")
+    ap.add_argument("--compare-batched", action="store_true",
+                    help="also run each method with engine.batched_training=false")
     args = ap.parse_args()
     if args.rounds < 2:
         ap.error("--rounds must be >= 2 (s/round is measured over the rounds after the first)")
@@ -73,7 +78,13 @@ def main() -> None:
     print(f"  {'training floor':16s} {floor:8.3f} s/round   1.00x")
     for name in args.methods.split(","):
         per_round = method_speed(loaded.with_algorithm(name))
-        print(f"  {name:16s} {per_round:8.3f} s/round  {per_round / floor:5.2f}x", flush=True)
+        line = f"  {name:16s} {per_round:8.3f} s/round  {per_round / floor:5.2f}x"
+        if args.compare_batched:
+            one_at_a_time = method_speed(load_scenario(args.scenario, [
+                f"rounds={args.rounds}", *args.set, "engine.batched_training=false"]).with_algorithm(name))
+            line += (f"   one model at a time: {one_at_a_time:8.3f} s/round  {one_at_a_time / floor:5.2f}x"
+                     f"   (batched {one_at_a_time / per_round:4.2f}x faster)")
+        print(line, flush=True)
     floor_again = training_floor(loaded, args.rounds)
     print(f"  {'training floor':16s} {floor_again:8.3f} s/round   (again, after the methods: "
           f"the drift between the two is the noise of this run)")

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from p2pfed.algorithms.payloads import Payload, Received
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
+from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
 
@@ -144,6 +145,20 @@ class Algorithm(ABC):
         """Local training; the default is plain cross-entropy SGD for the configured epochs."""
         train_epochs(self.ctx.model, self.ctx.x_train, self.ctx.y_train, self.ctx.training,
                      self.ctx.torch_generator)
+
+    def training_job(self, round: int) -> TrainingJob | None:
+        """This round's training as a plain job (cross-entropy SGD on the whole model, nothing
+        device-specific beyond its data and stream) that a runtime may batch with other devices',
+        instead of calling ``train``; None: the method trains its own way. A method that keeps the
+        default ``train`` is plain by definition and offers the job; one that overrides ``train``
+        offers none unless it overrides this too, for the rounds where its training is plain."""
+        plain = getattr(self.train, "__func__", None) is Algorithm.train   # not overridden anywhere
+        return self.plain_training_job() if plain else None
+
+    def plain_training_job(self) -> TrainingJob:
+        """The default ``train`` as a job: ``job.run()`` is exactly ``Algorithm.train``."""
+        ctx = self.ctx
+        return TrainingJob(ctx.model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator)
 
     def share(self, round: int) -> Payload | None:
         """The payload to send to the peers this round (None: nothing to send)."""

@@ -24,6 +24,7 @@ from sklearn.cluster import AgglomerativeClustering
 from p2pfed.algorithms.base import DeviceContext, Options, Payload, Received, expect_array, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.algorithms.state import array_from_state, array_state
+from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import num_parameters
 from p2pfed.learning.regularisers import snapshot
 
@@ -76,6 +77,10 @@ class FedClar(GossipAvg):
         super().train(round)
         self.update = torch.cat([(p.detach() - before[n]).flatten()
                                  for n, p in self.ctx.model.named_parameters()]).numpy()
+
+    def training_job(self, round: int) -> TrainingJob | None:
+        """Plain training, batchable, in every round but the one whose update is clustered."""
+        return None if round == self.cluster_round else self.plain_training_job()
 
     def share(self, round: int) -> Payload | None:
         payload = super().share(round)

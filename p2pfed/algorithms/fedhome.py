@@ -29,6 +29,7 @@ from p2pfed.algorithms.fedper import split_body_head
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.balancing import smote_balance
+from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.training import train_epochs
 
 
@@ -81,6 +82,10 @@ class FedHome(GossipAvg):
             self.balanced = (torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.int64))
             self.balanced_for = key
         return self.balanced
+
+    def training_job(self, round: int) -> TrainingJob | None:
+        """Plain training, batchable, until the balanced fine-tune of the local phase."""
+        return None if self.local_phase(round) else self.plain_training_job()
 
     def train(self, round: int) -> None:
         if not self.local_phase(round):

@@ -11,12 +11,13 @@ happens, in which order, and what the Recorder hears of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from p2pfed.algorithms import Algorithm
 from p2pfed.device.wire import encode_share
+from p2pfed.learning.batched_training import TrainingJob, train_jobs
 from p2pfed.learning.training import Evaluation
 from p2pfed.results.recorder import Recorder
 
@@ -70,6 +71,14 @@ class DeviceLoop:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
         fusion or after the training. A device that does not take part this round (``train``
         False) still fuses and evaluates, but neither trains nor shares."""
+        self.before_training(round, evaluate=evaluate)
+        if train:
+            self.algorithm.train(round)
+        return self.after_training(round, train=train, evaluate=evaluate)
+
+    def before_training(self, round: int, *, evaluate: bool) -> None:
+        """The part of ``act`` before training: visible data, stale artifacts, fusion, and the
+        evaluation when it is due after the fusion."""
         algo, now = self.algorithm, self.clock()
         if self.visible_classes is not None:
             algo.ctx.set_visible_classes(self.visible_classes(round))
@@ -81,8 +90,11 @@ class DeviceLoop:
                 self.recorder.fused(r.age(now) for r in used)
         if evaluate and self.evaluate_when == "after-fusion":
             self.evaluate(round)
-        if train:
-            algo.train(round)
+
+    def after_training(self, round: int, *, train: bool, evaluate: bool) -> list[Outgoing]:
+        """The part of ``act`` after training: the evaluation when it is due after training, and
+        the encoded shares (none when the device did not take part)."""
+        algo = self.algorithm
         if evaluate and self.evaluate_when == "after-training":
             self.evaluate(round)
         if not train:
@@ -113,3 +125,28 @@ class DeviceLoop:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.algorithm.load_state_dict(state["algorithm"])
         self.actions, self.fusions = int(state["actions"]), int(state["fusions"])
+
+
+def act_together(loops: Sequence[DeviceLoop], round: int, *, train: Sequence[bool], evaluate: bool,
+                 batched: bool = True) -> list[list[Outgoing]]:
+    """``act`` for devices that act at the same instant, returning each one's shares.
+
+    Each device does its part before training; then the devices whose method offers a plain
+    ``training_job`` train as one batched computation per architecture (``train_jobs``) when
+    ``batched``, the others through their own ``train``; then each does its part after training.
+    A device's round touches only its own state, so this equals acting one device after the other
+    (exactly with ``batched`` False; to float rounding of the batched training otherwise)."""
+    for loop in loops:
+        loop.before_training(round, evaluate=evaluate)
+    jobs: list[TrainingJob] = []
+    for loop, takes_part in zip(loops, train, strict=True):
+        if not takes_part:
+            continue
+        job = loop.algorithm.training_job(round) if batched else None
+        if job is None:
+            loop.algorithm.train(round)
+        else:
+            jobs.append(job)
+    train_jobs(jobs)
+    return [loop.after_training(round, train=takes_part, evaluate=evaluate)
+            for loop, takes_part in zip(loops, train, strict=True)]

@@ -104,7 +104,8 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
 
     sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
-                     class_schedule=class_schedule)
+                     class_schedule=class_schedule,
+                     batched_training=sc.engine.batched_training)
     fingerprint = json.dumps(dump(loaded), sort_keys=True)
     try:
         if checkpointing is not None and checkpointing.path.exists():

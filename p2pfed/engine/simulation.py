@@ -3,7 +3,8 @@ latency + size/bandwidth.
 
 Simulated time is separate from wall time: a round takes ``round_period_s`` simulated seconds
 however long the arithmetic takes. At the start of each round every device acts through its
-``DeviceLoop`` (fuse → train → evaluate → share); each share is encoded once and queued on a
+``DeviceLoop`` (fuse → train → evaluate → share), all of them in one step (``act_together``),
+so that the devices whose methods train plainly train as one batched computation; each share is encoded once and queued on a
 first-in-first-out link per direction of each edge, then pushed through a real ZeroMQ inproc
 socket into the receiver's intake. Byte counts are real encoded sizes, and a bad message is
 caught exactly where a real peer would catch it.
@@ -27,7 +28,7 @@ import torch
 
 from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
-from p2pfed.device import DeviceLoop, IntakeRules, Outgoing
+from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
 from p2pfed.engine.delivery import Delivery
 from p2pfed.results.recorder import Recorder
 
@@ -65,14 +66,17 @@ class Simulation:
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
-                 class_schedule: ClassSchedule | None = None) -> None:
-        """``rng``: the stream that draws which devices take part in each round."""
+                 class_schedule: ClassSchedule | None = None, batched_training: bool = True) -> None:
+        """``rng``: the stream that draws which devices take part in each round;
+        ``batched_training``: train the plain-training devices of a round as one batched
+        computation (``engine.batched_training``), equal to one at a time to float rounding."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
         self.recorder = recorder
         self.rng = rng
         self.on_round = on_round
+        self.batched_training = batched_training
         n = len(algorithms)
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
@@ -93,13 +97,18 @@ class Simulation:
         return float(self.env.now)
 
     # -- processes -------------------------------------------------------------------------
-    def _device(self, i: int, until: int):
-        loop, period = self.loops[i], self.schedule.round_period_s
+    def _rounds(self, until: int):
+        """Every device acts at the start of each round, all in one step."""
+        period = self.schedule.round_period_s
         for r in range(self.next_round, until):
             yield self.env.timeout(r * period - self.env.now)
-            for out in loop.act(r, train=bool(self._active_row(r)[i]), evaluate=self.schedule.evaluates(r)):
-                self._broadcast(i, out, out.sent_at)
-            if i == len(self.loops) - 1 and self.on_round is not None:
+            active = [bool(a) for a in self._active_row(r)]
+            shares = act_together(self.loops, r, train=active, evaluate=self.schedule.evaluates(r),
+                                  batched=self.batched_training)
+            for i, outs in enumerate(shares):
+                for out in outs:
+                    self._broadcast(i, out, out.sent_at)
+            if self.on_round is not None:
                 self.on_round(r, self.now())
 
     def _active_row(self, r: int) -> np.ndarray:
@@ -147,8 +156,7 @@ class Simulation:
         the simulated time. Bytes still in flight at the end of the last round never arrive;
         at an earlier stop they stay in flight, in ``state_dict``."""
         end = self.schedule.rounds if until_round is None else min(until_round, self.schedule.rounds)
-        for i in range(len(self.loops)):
-            self.env.process(self._device(i, end))
+        self.env.process(self._rounds(end))
         try:
             self.env.run(until=end * self.schedule.round_period_s)
         finally:

@@ -143,6 +143,9 @@ class EngineSection(Section):
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     max_memory_gib: float | None = Field(None, gt=0)
+    # A synchronous round trains the devices whose methods train plainly as one batched
+    # computation (equal to one at a time to float rounding); false: one model at a time.
+    batched_training: bool = True
 
 
 class DynamicSection(Section):

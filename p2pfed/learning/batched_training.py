@@ -1,0 +1,190 @@
+"""Local training of many devices' models as one batched computation.
+
+Devices that train at the same simulated instant each run a few small SGD steps on a small MLP;
+one model at a time, the cost is mostly per-step overhead (optimiser, autograd, Python), not
+arithmetic. Here the models that share an architecture and a training configuration are stacked
+along a leading device dimension and trained together: one forward, one backward and one
+parameter update per step for the whole group, the model's own forward run over the stacked
+parameters by ``torch.func.functional_call`` under ``torch.vmap``. Writing the MLP out as grouped
+matmuls (``torch.baddbmm``) measured at most ~10 % faster on CPU, often less than the run-to-run
+noise (``bench/batched_training_bench.py``; a forward+backward micro-benchmark of the two was
+even), so the library path stays.
+
+The result equals ``train_epochs`` run on each device in turn (to float rounding; a test compares
+them): each device's shuffling order is drawn from its own generator, in the same order the loop
+draws it (one ``randperm`` per epoch); a device with fewer batches makes no update in the steps
+it lacks; its last, partial batch's loss is the mean over its real rows; SGD with the same lr,
+momentum and weight decay, its momentum starting afresh each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from p2pfed.learning.training import TrainingConfig, train_epochs
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """One device's plain training this round: cross-entropy SGD on all of ``model``'s parameters
+    — what a method hands the runtime when its training has nothing device-specific beyond this."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    config: TrainingConfig
+    generator: torch.Generator
+    epochs: int | None = None
+
+    @property
+    def num_epochs(self) -> int:
+        return self.config.epochs if self.epochs is None else self.epochs
+
+    def run(self) -> float:
+        """Train this device alone (the reference the batched path must equal)."""
+        return train_epochs(self.model, self.x, self.y, self.config, self.generator, epochs=self.epochs)
+
+    def group_key(self) -> tuple:
+        """Jobs with equal keys can train as one batch: same model class, parameter shapes and
+        training configuration."""
+        shapes = tuple((name, tuple(p.shape), p.dtype) for name, p in self.model.named_parameters())
+        return (type(self.model), shapes, self.config, self.num_epochs)
+
+    def batchable(self) -> bool:
+        """Data to train on, and no buffers (a batch norm's running statistics are not stacked)."""
+        return self.x.shape[0] > 0 and not any(True for _ in self.model.buffers())
+
+
+def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float]:
+    """Run every job, those that can be batched together as one computation per group; returns
+    each job's mean batch loss (as ``train_epochs``), in the order of ``jobs``."""
+    losses: list[float] = [float("nan")] * len(jobs)
+    groups: dict[tuple, list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job.batchable():
+            groups.setdefault(job.group_key(), []).append(i)
+    batched = set()
+    for members in groups.values():
+        if len(members) >= min_group:
+            for i, loss in zip(members, train_group([jobs[i] for i in members]), strict=True):
+                losses[i] = loss
+            batched.update(members)
+    for i, job in enumerate(jobs):
+        if i not in batched:
+            losses[i] = job.run()
+    return losses
+
+
+StackedForward = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
+
+
+def vmap_forward(template: nn.Module) -> StackedForward:
+    """``template``'s own forward over stacked parameters (k, ...) and inputs (k, batch, ...)."""
+    return torch.vmap(lambda params, x: functional_call(template, params, (x,)))
+
+
+def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], StackedForward] = vmap_forward
+                ) -> list[float]:
+    """Train same-architecture, same-configuration jobs (all with data) as one batch."""
+    config, epochs = jobs[0].config, jobs[0].num_epochs
+    bs = config.batch_size
+    sizes = [int(j.x.shape[0]) for j in jobs]
+    # Devices in decreasing order of steps per epoch: at step t the devices still training are a
+    # prefix, so each step works on views of the stacked parameters, never on padded devices.
+    order = sorted(range(len(jobs)), key=lambda i: -sizes[i])
+    jobs = [jobs[i] for i in order]
+    sizes = [sizes[i] for i in order]
+    d = len(jobs)
+    template = jobs[0].model
+    names = [name for name, _ in template.named_parameters()]
+    own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
+    with torch.no_grad():
+        stacked = {n: torch.stack([params[k] for params in own]) for k, n in enumerate(names)}
+    for p in stacked.values():
+        p.requires_grad_(True)
+    momentum = ({n: torch.zeros_like(p) for n, p in stacked.items()} if config.momentum != 0 else None)
+
+    x_all = torch.cat([j.x for j in jobs])
+    y_all = torch.cat([j.y for j in jobs])
+    steps = [-(-n // bs) for n in sizes]
+    width = steps[0] * bs
+    valid = torch.arange(width).unsqueeze(0) < torch.as_tensor(sizes).unsqueeze(1)   # (d, width)
+    active_at = [sum(1 for s in steps if s > t) for t in range(steps[0])]
+    shuffle = _Shuffler(jobs, sizes, width)
+
+    batched_forward = forward(template)
+    for j in jobs:
+        j.model.train()
+    losses = torch.full((epochs * steps[0], d), float("nan"), dtype=torch.float64)
+    row = 0
+    for _ in range(epochs):
+        index = shuffle.epoch()
+        for t in range(steps[0]):
+            k = active_at[t]
+            cols = slice(t * bs, (t + 1) * bs)
+            idx, mask = index[:k, cols], valid[:k, cols].to(x_all.dtype)
+            params = {n: p[:k] for n, p in stacked.items()}
+            logits = batched_forward(params, x_all[idx])
+            per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
+            per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
+            grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+            with torch.no_grad():
+                _sgd_step(params, dict(zip(names, grads, strict=True)), config,
+                          None if momentum is None else {n: b[:k] for n, b in momentum.items()})
+            losses[row, :k] = per_device.detach().to(torch.float64)
+            row += 1
+    with torch.no_grad():
+        for k, n in enumerate(names):
+            for params, trained in zip(own, stacked[n], strict=True):
+                params[k].copy_(trained)
+    means = np.nanmean(losses.numpy(), axis=0)
+    out = [0.0] * d
+    for i, original in enumerate(order):
+        out[original] = float(means[i])
+    return out
+
+
+class _Shuffler:
+    """Each epoch's batches: row ``d`` lists device ``d``'s samples (indices into the stacked data)
+    in the order of a ``randperm`` from its own generator — the one draw per epoch the loop makes."""
+
+    def __init__(self, jobs: Sequence[TrainingJob], sizes: list[int], width: int) -> None:
+        self.generators = [j.generator for j in jobs]
+        self.sizes = sizes
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+        self.device_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.as_tensor(sizes))
+        self.position = torch.cat([torch.arange(n) for n in sizes])
+        self.width = width
+
+    def epoch(self) -> torch.Tensor:
+        """(devices, width) sample indices; positions past a device's size are 0 (masked out)."""
+        index = torch.zeros((len(self.sizes), self.width), dtype=torch.int64)
+        index[self.device_of, self.position] = torch.cat([
+            torch.randperm(n, generator=g) + off
+            for g, n, off in zip(self.generators, self.sizes, self.offsets, strict=True)])
+        return index
+
+
+def _sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | None], config: TrainingConfig,
+              momentum: dict[str, torch.Tensor] | None) -> None:
+    """``torch.optim.SGD.step`` (no dampening, no Nesterov) on stacked views, written out so
+    that only the devices still training move. A zero momentum buffer gives the same first step as
+    SGD's copy of the first gradient (0·m + g = g exactly)."""
+    for n, p in params.items():
+        g = grads[n]
+        if g is None:   # a parameter the loss does not use: SGD skips it (no decay either)
+            continue
+        if config.weight_decay != 0:
+            g = g.add(p, alpha=config.weight_decay)
+        if momentum is not None:
+            buf = momentum[n]
+            buf.mul_(config.momentum).add_(g)
+            g = buf
+        p.add_(g, alpha=-config.lr)

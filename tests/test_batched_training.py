@@ -1,0 +1,131 @@
+"""Batched local training equals training one model at a time, and the synchronous simulation uses it
+for the methods that train plainly."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+from p2pfed.algorithms import ALGORITHMS
+from p2pfed.engine.runner import run_scenario
+from p2pfed.learning import batched_training
+from p2pfed.learning.batched_training import TrainingJob, train_group, train_jobs
+from p2pfed.learning.model import build_model
+from p2pfed.learning.training import TrainingConfig
+from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.loader import load_scenario
+from tests.conftest import ROOT
+
+# Unequal devices: an empty one, a one-sample one, sizes that batch sizes 7 and 10 do not divide.
+SIZES = [23, 1, 40, 0, 17, 33, 9]
+CONFIGS = [TrainingConfig(epochs=1, batch_size=8, lr=0.1),
+           TrainingConfig(epochs=3, batch_size=7, lr=0.1),
+           TrainingConfig(epochs=2, batch_size=10, lr=0.05, momentum=0.9),
+           TrainingConfig(epochs=2, batch_size=10, lr=0.05, momentum=0.5, weight_decay=1e-2)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As the runtimes train (``engine.torch_threads: 1``): tiny models, one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _jobs(config: TrainingConfig, sizes=SIZES, hidden=(16, 24), gates: bool = False) -> list[TrainingJob]:
+    data = torch.Generator().manual_seed(0)
+    jobs = []
+    for i, n in enumerate(sizes):
+        x = torch.randn(n, 12, generator=data)
+        y = torch.randint(0, 5, (n,), generator=data)
+        model = build_model(12, 5, list(hidden), seed=i, unit_gates=gates)
+        jobs.append(TrainingJob(model, x, y, config, torch.Generator().manual_seed(1000 + i)))
+    return jobs
+
+
+def _assert_same(loop: list[TrainingJob], batched: list[TrainingJob], loop_losses, batched_losses) -> None:
+    np.testing.assert_allclose(batched_losses, loop_losses, atol=1e-5, equal_nan=True)
+    for a, b in zip(loop, batched, strict=True):
+        for (name, p), q in zip(a.model.named_parameters(), b.model.parameters(), strict=True):
+            torch.testing.assert_close(q.detach(), p.detach(), atol=1e-5, rtol=0, msg=name)
+        # the same draws from each device's own stream: the next round shuffles alike too
+        assert torch.equal(a.generator.get_state(), b.generator.get_state())
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"e{c.epochs}-b{c.batch_size}-m{c.momentum}-wd{c.weight_decay}")
+def test_batched_training_equals_one_model_at_a_time(config):
+    loop, batched = _jobs(config), _jobs(config)
+    loop_losses = [job.run() for job in loop]
+    _assert_same(loop, batched, loop_losses, train_jobs(batched))
+    assert np.isnan(loop_losses[3]) and not np.isnan(loop_losses[1])
+    assert any(not torch.equal(p, q) for p, q in zip(loop[0].model.parameters(),
+                                                     build_model(12, 5, [16, 24], seed=0).parameters()))
+
+
+def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_parameters_too():
+    config = CONFIGS[2]
+    mixed = lambda: _jobs(config, SIZES[:4], hidden=(16, 24)) + _jobs(config, SIZES[4:], hidden=(8,), gates=True)
+    loop, batched = mixed(), mixed()
+    groups = []
+    real = batched_training.train_group
+    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
+    try:
+        losses = train_jobs(batched)
+    finally:
+        batched_training.train_group = real
+    assert sorted(groups) == [3, 3]   # (the empty device trains alone: nothing to do)
+    _assert_same(loop, batched, [job.run() for job in loop], losses)
+
+
+def test_train_group_is_the_same_whatever_order_the_devices_come_in():
+    config = CONFIGS[1]
+    a, b = _jobs(config, SIZES[:3] + SIZES[4:]), _jobs(config, SIZES[:3] + SIZES[4:])
+    la = train_group(a)
+    lb = train_group(b[::-1])[::-1]
+    np.testing.assert_allclose(lb, la, atol=1e-6)
+
+
+def test_only_methods_that_train_plainly_offer_a_training_job(repo_root):
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", ["dataset.synthetic.num_devices=3"])
+    dataset = load_scenario_dataset(loaded)
+    offers = {}
+    for name in ALGORITHMS:
+        algo = build_algorithms(loaded.with_algorithm(name), dataset)[0]
+        offers[name] = algo.training_job(0) is not None
+    assert {n for n, o in offers.items() if o} >= {"local", "gossip-avg", "fedsub", "fedclar", "fedhome"}
+    assert not any(offers[n] for n in ("fedprox", "ditto", "fedrep", "protohar", "fedproto", "safl"))
+    fedclar = build_algorithms(loaded.with_algorithm("fedclar"), dataset)[0]
+    assert fedclar.training_job(fedclar.cluster_round) is None
+    # a method's job is its default training: running it is exactly Algorithm.train
+    a, b = (build_algorithms(loaded.with_algorithm("local"), dataset)[0] for _ in range(2))
+    a.train(0)
+    b.training_job(0).run()
+    for p, q in zip(a.ctx.model.parameters(), b.ctx.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def _f1(path) -> list[float]:
+    with open(path / "rounds.csv") as f:
+        return [float(row["f1_macro_mean"]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("method", ["gossip-avg", "fedsub"])
+def test_a_run_gives_the_same_results_batched_or_not(method, tmp_path, monkeypatch):
+    """A real synchronous run, 12 devices of unequal sizes (half with classes hidden at first)."""
+    overrides = [f"algorithm.name={method}", "rounds=8", "dynamic.devices_fraction=0.5",
+                 "dynamic.return_every=3", "training.momentum=0.5"]
+    groups = []
+    real = batched_training.train_group
+    monkeypatch.setattr(batched_training, "train_group",
+                        lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k))
+    scenario = ROOT / "scenarios" / "synthetic-small.yaml"
+    run_scenario(load_scenario(scenario, overrides), tmp_path / "batched", progress=False)
+    assert groups == [12] * 8    # every device, every round, in one batch
+    run_scenario(load_scenario(scenario, [*overrides, "engine.batched_training=false"]), tmp_path / "one-at-a-time",
+                 progress=False)
+    assert len(groups) == 8
+    np.testing.assert_allclose(_f1(tmp_path / "batched"), _f1(tmp_path / "one-at-a-time"), atol=1e-4)
