@@ -212,3 +212,27 @@ def test_load_dataset_dispatch(tmp_path):
         load_dataset("wisdm-raw")
     assert len(load_dataset("wisdm", users=[1]).devices) == 1
     assert load_dataset("synthetic", num_devices=3).groups.shape[0] == 3
+
+
+def test_train_fraction_keeps_a_share_of_every_class_and_the_same_test_set(wisdm):
+    """The data-fraction experiments need less training data per device, nothing else changed:
+    the same test examples, the same classes, about the asked share of each class."""
+    quarter = load_wisdm(train_fraction=0.25)
+    for full, cut in zip(wisdm.devices, quarter.devices):
+        assert np.array_equal(full.y_test, cut.y_test)
+        classes, counts = np.unique(full.y_train, return_counts=True)
+        cut_classes, cut_counts = np.unique(cut.y_train, return_counts=True)
+        assert np.array_equal(classes, cut_classes)
+        assert np.array_equal(cut_counts, np.maximum(1, np.round(counts * 0.25)).astype(int))
+    assert sum(d.num_train for d in quarter.devices) < 0.3 * sum(d.num_train for d in wisdm.devices)
+
+
+def test_train_fraction_is_a_scenario_key_seen_in_the_run(tmp_path):
+    from p2pfed.scenario.build import load_scenario_dataset
+    from p2pfed.scenario.loader import load_scenario
+
+    full = load_scenario_dataset(load_scenario(None))
+    tenth = load_scenario_dataset(load_scenario(None, ["dataset.train_fraction=0.1"]))
+    assert sum(d.num_train for d in tenth.devices) < 0.15 * sum(d.num_train for d in full.devices)
+    with pytest.raises(Exception, match="train_fraction"):
+        load_scenario(None, ["dataset.train_fraction=0"])

@@ -7,7 +7,7 @@ import numpy as np
 
 from .dataset import DeviceData
 from .scaling import preprocess
-from .split import stratified_split
+from .split import keep_per_class, stratified_split
 
 
 def device_seed(seed: int, key: int) -> np.random.Generator:
@@ -18,9 +18,13 @@ def device_seed(seed: int, key: int) -> np.random.Generator:
 
 def make_device(device_id: int, name: str, x: np.ndarray, y: np.ndarray, *,
                 test_fraction: float, rng: np.random.Generator,
-                scaling: str) -> DeviceData:
-    """Split one device's examples and preprocess them with train statistics."""
+                scaling: str, train_fraction: float = 1.0) -> DeviceData:
+    """Split one device's examples and preprocess them with train statistics.
+
+    ``train_fraction`` < 1 keeps that share of each class's training examples (drawn after the
+    split, so the test set is the same at every fraction) and scales with the kept ones only."""
     train, test = stratified_split(y, test_fraction, rng)
+    train = train[keep_per_class(y[train], train_fraction, rng)]
     x_train, x_test = preprocess(x[train], x[test], scaling)
     return DeviceData(device_id, name, x_train, y[train].astype(np.int64),
                       x_test, y[test].astype(np.int64))
@@ -28,23 +32,23 @@ def make_device(device_id: int, name: str, x: np.ndarray, y: np.ndarray, *,
 
 def devices_by_owner(x: np.ndarray, y: np.ndarray, owner: np.ndarray,
                      owners: Sequence[int], name_format: str, *, test_fraction: float,
-                     seed: int, scaling: str) -> list[DeviceData]:
+                     seed: int, scaling: str, train_fraction: float = 1.0) -> list[DeviceData]:
     """One device per entry of `owners`, in that order."""
     devices = []
     for device_id, key in enumerate(owners):
         mask = owner == key
         devices.append(make_device(device_id, name_format.format(key), x[mask], y[mask],
                                    test_fraction=test_fraction, rng=device_seed(seed, key),
-                                   scaling=scaling))
+                                   scaling=scaling, train_fraction=train_fraction))
     return devices
 
 
 def devices_from_parts(x: np.ndarray, y: np.ndarray, parts: Sequence[np.ndarray],
                        names: Sequence[str], *, test_fraction: float, seed: int,
-                       scaling: str) -> list[DeviceData]:
+                       scaling: str, train_fraction: float = 1.0) -> list[DeviceData]:
     """One device per index array in ``parts`` (device i's split drawn from (seed, i))."""
     return [make_device(i, name, x[idx], y[idx], test_fraction=test_fraction,
-                        rng=device_seed(seed, i), scaling=scaling)
+                        rng=device_seed(seed, i), scaling=scaling, train_fraction=train_fraction)
             for i, (idx, name) in enumerate(zip(parts, names))]
 
 

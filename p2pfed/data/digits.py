@@ -20,7 +20,7 @@ DEFAULT_PARTITION = PartitionSpec(kind="dirichlet", num_devices=50, alpha=0.3)
 
 def load_digits_federated(*, partition_spec: PartitionSpec = DEFAULT_PARTITION,
                           test_fraction: float = 0.2, seed: int = 0,
-                          scaling: str = "device") -> FederatedDataset:
+                          scaling: str = "device", train_fraction: float = 1.0) -> FederatedDataset:
     """The digits drawn into ``partition_spec.num_devices`` devices (``natural`` is refused:
     the data have no devices of their own)."""
     if partition_spec.kind == "natural":
@@ -29,7 +29,8 @@ def load_digits_federated(*, partition_spec: PartitionSpec = DEFAULT_PARTITION,
     x, y = load_digits(return_X_y=True)
     parts = partition(y, partition_spec, partition_rng(seed))
     devices = devices_from_parts(x, y, parts, [f"digits-{i}" for i in range(len(parts))],
-                                 test_fraction=test_fraction, seed=seed, scaling=scaling)
+                                 test_fraction=test_fraction, seed=seed, scaling=scaling,
+                                 train_fraction=train_fraction)
     bad = unsplittable(devices)
     if bad:
         raise PartitionError(f"device {bad[0].name} has {bad[0].num_train + bad[0].num_test} "

@@ -21,6 +21,23 @@ def _per_class_split(y: np.ndarray, test_fraction: float, rng: np.random.Generat
     return np.concatenate(train), np.concatenate(test)
 
 
+def keep_per_class(y: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Sorted indices of a random ``fraction`` of each class's examples (at least one per class),
+    so a device with less data still holds every class it had: the data-fraction experiments
+    change how much a device knows, not which classes it knows."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    y = np.asarray(y)
+    if fraction == 1.0:
+        return np.arange(len(y))
+    kept = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        n = max(1, int(round(len(idx) * fraction)))
+        kept.append(rng.choice(idx, size=n, replace=False))
+    return np.sort(np.concatenate(kept)).astype(np.int64) if kept else np.arange(0)
+
+
 def stratified_split(y: np.ndarray, test_fraction: float = 0.2,
                      seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
     """Return sorted (train_idx, test_idx) with class proportions preserved.

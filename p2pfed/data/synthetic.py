@@ -55,7 +55,7 @@ def make_synthetic(*, num_devices: int = 12, num_classes: int = 4, num_features:
                    groups_per_class: int | Sequence[int] = 3, samples_per_class: int = 40,
                    classes_per_device: int | None = None, separation: float = 4.0,
                    noise: float = 1.0, test_fraction: float = 0.25,
-                   seed: int = 0) -> FederatedDataset:
+                   seed: int = 0, train_fraction: float = 1.0) -> FederatedDataset:
     """Gaussian data whose class-c mean depends on the device's latent group for c.
 
     Each (class, group) mean is a random direction of length `separation`;
@@ -81,6 +81,6 @@ def make_synthetic(*, num_devices: int = 12, num_classes: int = 4, num_features:
             ys.append(np.full(samples_per_class, c, dtype=np.int64))
         devices.append(make_device(d, f"synthetic-{d}", np.concatenate(xs), np.concatenate(ys),
                                    test_fraction=test_fraction, rng=device_seed(seed, d),
-                                   scaling="none"))
+                                   scaling="none", train_fraction=train_fraction))
     return FederatedDataset("synthetic", num_features, num_classes,
                             [f"class-{c}" for c in range(num_classes)], devices, groups)

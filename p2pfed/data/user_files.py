@@ -58,7 +58,7 @@ def read_files(path: Path, label_column: str, device_column: str | None) -> list
 def load_files(path: str | Path, *, device_column: str = "device", label_column: str = "label",
                class_names: Sequence[str] | None = None,
                partition_spec: PartitionSpec = PartitionSpec(), test_fraction: float = 0.2,
-               seed: int = 0, scaling: str = "device") -> FederatedDataset:
+               seed: int = 0, scaling: str = "device", train_fraction: float = 1.0) -> FederatedDataset:
     """Read, check and split a user's data into devices (see the module docstring)."""
     path = Path(path)
     natural = partition_spec.kind == "natural"
@@ -86,7 +86,7 @@ def load_files(path: str | Path, *, device_column: str = "device", label_column:
         parts = partition(y, partition_spec, partition_rng(seed))
         device_names = [f"device-{i}" for i in range(len(parts))]
     devices = devices_from_parts(x, y, parts, device_names, test_fraction=test_fraction,
-                                 seed=seed, scaling=scaling)
+                                 seed=seed, scaling=scaling, train_fraction=train_fraction)
     problems = []
     for d in unsplittable(devices):
         if natural and folder:

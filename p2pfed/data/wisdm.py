@@ -43,7 +43,7 @@ def load_arrays(path: str | Path | None) -> tuple[dict[str, np.ndarray], object]
 
 
 def load_wisdm(*, test_fraction: float = 0.2, seed: int = 0, scaling: str = "device",
-               users: Iterable[int] | None = None,
+               users: Iterable[int] | None = None, train_fraction: float = 1.0,
                path: str | Path | None = None) -> FederatedDataset:
     """Load WISDM v1.1 transformed (43 features, 6 classes), one device per user.
 
@@ -55,14 +55,14 @@ def load_wisdm(*, test_fraction: float = 0.2, seed: int = 0, scaling: str = "dev
     chosen = select_users(arrays["user"], users, source)
     devices = devices_by_owner(arrays["x"], arrays["label"].astype(np.int64), arrays["user"],
                                chosen, "wisdm-user-{}", test_fraction=test_fraction,
-                               seed=seed, scaling=scaling)
+                               seed=seed, scaling=scaling, train_fraction=train_fraction)
     return FederatedDataset("wisdm", arrays["x"].shape[1], len(arrays["class_names"]),
                             [str(c) for c in arrays["class_names"]], devices)
 
 
 def load_wisdm_raw(path: str | Path, *, window_s: float = 1.0, rate_hz: int = 20,
                    test_fraction: float = 0.2, seed: int = 0,
-                   scaling: str = "device") -> FederatedDataset:
+                   scaling: str = "device", train_fraction: float = 1.0) -> FederatedDataset:
     """Load the raw 20 Hz WISDM file, windowed as in FedSub (3 mean features).
 
     A window holds round(window_s * rate_hz) consecutive samples of one
@@ -72,5 +72,6 @@ def load_wisdm_raw(path: str | Path, *, window_s: float = 1.0, rate_hz: int = 20
     x, user, label = window_means(read_wisdm_raw(path), window)
     chosen = sorted(int(u) for u in np.unique(user))
     devices = devices_by_owner(x, label, user, chosen, "wisdm-user-{}",
-                               test_fraction=test_fraction, seed=seed, scaling=scaling)
+                               test_fraction=test_fraction, seed=seed, scaling=scaling,
+                               train_fraction=train_fraction)
     return FederatedDataset("wisdm-raw", 3, len(CLASS_NAMES), list(CLASS_NAMES), devices)

@@ -23,7 +23,8 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
     """The scenario's devices. A bad data file or an impossible partition is a ScenarioError
     (one line per problem, naming the file and column or the partition key)."""
     ds = loaded.scenario.dataset
-    common = {"test_fraction": ds.test_fraction, "seed": int_seed(loaded.scenario.seed, "data-split")}
+    common = {"test_fraction": ds.test_fraction, "train_fraction": ds.train_fraction,
+              "seed": int_seed(loaded.scenario.seed, "data-split")}
     if ds.name == "synthetic":
         return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
     path = loaded.resolve(ds.path)

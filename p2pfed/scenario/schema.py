@@ -65,6 +65,9 @@ class DatasetSection(Section):
     name: Literal["wisdm", "wisdm-raw", "synthetic", "digits", "files"] = "wisdm"
     path: str | None = None
     test_fraction: float = Field(0.2, gt=0, lt=1)
+    # Share of each class's training examples a device keeps (the test set is unchanged): how
+    # much collaboration helps when devices hold less data.
+    train_fraction: float = Field(1.0, gt=0, le=1)
     scaling: Literal["device", "none"] = "device"
     users: list[int] | None = None
     synthetic: SyntheticSection = SyntheticSection()
