@@ -145,3 +145,17 @@ def test_lrp_matches_the_dense_alpha_beta_formula(alpha, beta):
     got = lrp_relevances(model, x, target, alpha, beta)
     for g, e in zip(got, expected[::-1]):
         torch.testing.assert_close(g, e.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_naive_masks_equal_the_per_class_mean_rule_class_by_class():
+    """One pass over all classes gives Eq. 2's masks class by class (mean activation > 0)."""
+    torch.manual_seed(3)
+    model = MLP(12, [40, 30], 5)
+    x = torch.randn(300, 12)
+    y = torch.randint(0, 5, (300,))
+    classes = np.array([0, 2, 3, 4])
+    got = naive_unit_masks(model, x, y, classes)
+    acts = model.activations(x)
+    for c in classes.tolist():
+        want = [(a[y == c].mean(dim=0) > 0).numpy() for a in acts]
+        assert all(np.array_equal(g, w) for g, w in zip(got[c], want, strict=True))

@@ -52,12 +52,11 @@ from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, 
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.clustering import ClusteringCache
 from p2pfed.learning.collaborative import predict_missing
-from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
+from p2pfed.learning.row_fusion import ClassCluster, fuse_rows
 from p2pfed.learning.model import MLP
 from p2pfed.learning.privacy import perturb
 from p2pfed.learning.prototypes import class_means, class_prototypes
-from p2pfed.learning.subnetworks import (EXTRACTORS, UnitMasks, extract_unit_masks,
-                                         parameter_masks, union_units)
+from p2pfed.learning.subnetworks import EXTRACTORS, UnitMasks, extract_unit_masks, union_units
 from p2pfed.learning.training import per_class_accuracy
 
 
@@ -144,21 +143,21 @@ def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tupl
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
     bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
-    splits = np.cumsum(sizes)[:-1]
-    units = {c: [np.array(part, dtype=bool) for part in np.split(bits[j], splits)]
-             for j, c in enumerate(classes)}
-    union = union_units(units) if classes else [np.zeros(s, dtype=bool) for s in sizes]
+    bits.flags.writeable = False   # the class masks below are views into it
+    spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
+    units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
+    any_class = bits.any(axis=0)
     values: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(model.layers):
-        n = int(union[i].sum())
+    for i, (layer, (a, b)) in enumerate(zip(model.layers, spans)):
+        rows = any_class[a:b]
+        n = int(rows.sum())
         w = expect_array(payload, f"layers.{i}.weight", (n, layer.in_features))
-        b = expect_array(payload, f"layers.{i}.bias", (n,))
-        dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
-        dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
-        rows = torch.as_tensor(union[i])
-        dense_w[rows] = torch.from_numpy(np.array(w, dtype=np.float32))
-        dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
-        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
+        bias = expect_array(payload, f"layers.{i}.bias", (n,))
+        dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
+        dense_b = np.zeros(layer.out_features, dtype=np.float32)
+        dense_w[rows] = w
+        dense_b[rows] = bias
+        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = torch.from_numpy(dense_w), torch.from_numpy(dense_b)
     return units, values
 
 
@@ -250,7 +249,8 @@ class FedSub(Algorithm):
         self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
         # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
         self.counters["paper_style_bytes"] += value_bytes * sum(
-            int(m.sum()) for c in classes for m in parameter_masks(self.ctx.model, units[c]).values())
+            int(np.count_nonzero(u)) * (layer.in_features + 1)   # a kept unit: its weight row and bias
+            for c in classes for layer, u in zip(self.ctx.model.layers, units[c]))
         return tensors
 
     def _meta(self, protos: ClassPrototypes, classes: list[int] | None = None) -> dict[str, Any]:
@@ -430,9 +430,10 @@ class FedSub(Algorithm):
         view = {me: self.own, **peers}
         held = {m: {c: a.prototypes[j] for j, c in enumerate(a.classes)} for m, a in view.items()}
         predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
-        fuse_fn = FUSIONS[o.fusion]
         model = self.ctx.model
-        updates = []
+        clusters: list[ClassCluster] = []
+        member_values: list[dict[str, torch.Tensor]] = []
+        position: dict[int, int] = {}   # device id -> index into member_values
         requests: dict[int, list[int]] = {}
         self.last_predicted = 0
         # Alg. 3 then clustering: members with a real or a predicted prototype for c are
@@ -454,21 +455,24 @@ class FedSub(Algorithm):
                 if m != me and c in held[m]:
                     requests.setdefault(m, []).append(c)
             # A peer known only by its prototypes shapes the clusters but has no parameters to give.
-            mates = [view[m] for m in cluster
+            mates = [m for m in cluster
                      if c in held[m] and view[m].values is not None and c in view[m].units]
             if c in held[me]:
                 self.counters["class_fusions"] += 1
-                self.counters["mate_fusions"] += any(m is not self.own for m in mates)
+                self.counters["mate_fusions"] += any(m != me for m in mates)
             if not mates:
                 continue
             self.last_predicted += c not in held[me]
-            values = [a.values for a in mates]
-            masks = [parameter_masks(model, self._fusable(a.units[c])) for a in mates]
-            scores = [a.scores[a.classes.index(c)] for a in mates]
-            updates.append(fuse_fn(values, masks, scores))
+            for m in mates:
+                if m not in position:
+                    position[m] = len(member_values)
+                    member_values.append(view[m].values)
+            clusters.append(ClassCluster(members=[position[m] for m in mates],
+                                         units=[self._fusable(view[m].units[c]) for m in mates],
+                                         scores=[view[m].scores[view[m].classes.index(c)] for m in mates]))
         self.requests = requests
         own_params = {n: p.detach() for n, p in model.named_parameters()}
-        new, _changed = combine_cluster_updates(own_params, updates)
+        new = fuse_rows(own_params, member_values, clusters, o.fusion, len(model.layers))
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(new[n])

@@ -26,11 +26,12 @@ def naive_unit_masks(model: MLP, x: torch.Tensor, y: torch.Tensor,
     """
     model.eval()
     acts = model.activations(x)
-    masks: dict[int, UnitMasks] = {}
-    for c in classes.tolist():
-        sel = y == c
-        masks[int(c)] = [(a[sel].mean(dim=0) > 0).numpy() for a in acts]
-    return masks
+    classes_t = torch.as_tensor(np.asarray(classes), dtype=y.dtype)
+    # Every class's mean activation in one pass: (classes x samples) one-hot weights / counts.
+    member = (y.unsqueeze(0) == classes_t.unsqueeze(1)).to(torch.float64)
+    mean = member / member.sum(dim=1, keepdim=True).clamp(min=1)
+    kept = [(mean @ a.to(torch.float64) > 0).numpy() for a in acts]
+    return {int(c): [k[j] for k in kept] for j, c in enumerate(classes.tolist())}
 
 
 def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: float,
@@ -119,7 +120,7 @@ def parameter_masks(model: MLP, units: UnitMasks) -> dict[str, torch.Tensor]:
     """Expand per-layer unit masks to boolean masks shaped like each weight and bias."""
     out: dict[str, torch.Tensor] = {}
     for i, (layer, u) in enumerate(zip(model.layers, units)):
-        ut = torch.as_tensor(np.asarray(u, dtype=bool))
+        ut = torch.from_numpy(np.array(u, dtype=bool))   # a copy: decoded masks are read-only views
         out[f"layers.{i}.weight"] = ut.unsqueeze(1).expand_as(layer.weight).clone()
         out[f"layers.{i}.bias"] = ut.clone()
     return out
