@@ -312,6 +312,33 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
         decode_subnetworks(model, own.classes, Payload({}, bad))
 
 
+
+def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_checks_it(repo_root):
+    """The simulators give every receiver of a broadcast the same decoded arrays: FedSub builds
+    the dense copy once (memo), but a receiver whose model does not fit still refuses it."""
+    from p2pfed.algorithms.base import ArtifactError, Payload
+    from p2pfed.algorithms.decode_memo import DecodeMemo
+    from p2pfed.algorithms.fedsub import decode_subnetworks, encode_subnetworks
+    from p2pfed.learning.model import MLP
+    algo = _build(repo_root, ["model.hidden=[13,30]"])[0]
+    algo.train(0)
+    algo._extract()
+    model, own = algo.ctx.model, algo.own
+    tensors = encode_subnetworks(model, own.units, False)
+    memo = DecodeMemo()
+    first = decode_subnetworks(model, own.classes, Payload({}, tensors), memo)
+    second = decode_subnetworks(model, own.classes, Payload({}, tensors), memo)
+    assert second[1] is first[1] and (memo.built, memo.shared) == (1, 1)
+    alone = decode_subnetworks(model, own.classes, Payload({}, tensors))
+    for name, value in alone[1].items():
+        assert torch.equal(value, first[1][name])
+    other_shape = MLP(model.layers[0].in_features, [13, 31], model.layers[-1].out_features)
+    with pytest.raises(ArtifactError):
+        decode_subnetworks(other_shape, own.classes, Payload({}, tensors), memo)
+    copy = {k: v.copy() for k, v in tensors.items()}   # equal arrays, another message: built again
+    decode_subnetworks(model, own.classes, Payload({}, copy), memo)
+    assert memo.built == 2
+
 def test_partial_depth_keeps_the_later_layers_local(repo_root):
     algos = _build(repo_root, ["dataset.synthetic.num_devices=8", "algorithm.depth=partial",
                                "algorithm.shared_layers=1", "algorithm.kmeans_n_init=2"])

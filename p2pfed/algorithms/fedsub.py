@@ -49,6 +49,7 @@ from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
                                     expect_array, register)
+from p2pfed.algorithms.decode_memo import DecodeMemo
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.clustering import ClusteringCache
 from p2pfed.learning.collaborative import predict_missing
@@ -136,8 +137,10 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
     return tensors
 
 
-def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
-    """Inverse of ``encode_subnetworks``, checked against the local model's shapes."""
+def decode_subnetworks(model: MLP, classes: list[int], payload: Payload,
+                       memo: DecodeMemo | None = None) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+    """Inverse of ``encode_subnetworks``, checked against the local model's shapes. With a
+    ``memo``, the dense copy of a broadcast is built once for all its receivers (read-only)."""
     sizes = [l.out_features for l in model.layers]
     packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
     if packed.dtype != np.uint8:
@@ -145,20 +148,30 @@ def decode_subnetworks(model: MLP, classes: list[int], payload: Payload) -> tupl
     bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
     bits.flags.writeable = False   # the class masks below are views into it
     spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
-    units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
     any_class = bits.any(axis=0)
-    values: dict[str, torch.Tensor] = {}
-    for i, (layer, (a, b)) in enumerate(zip(model.layers, spans)):
-        rows = any_class[a:b]
-        n = int(rows.sum())
-        w = expect_array(payload, f"layers.{i}.weight", (n, layer.in_features))
-        bias = expect_array(payload, f"layers.{i}.bias", (n,))
-        dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
-        dense_b = np.zeros(layer.out_features, dtype=np.float32)
-        dense_w[rows] = w
-        dense_b[rows] = bias
-        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = torch.from_numpy(dense_w), torch.from_numpy(dense_b)
-    return units, values
+    rows = [any_class[a:b] for a, b in spans]
+    sent = []
+    for i, layer in enumerate(model.layers):
+        n = int(rows[i].sum())
+        sent.append((expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
+                     expect_array(payload, f"layers.{i}.bias", (n,))))
+
+    def expand() -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+        units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
+        values: dict[str, torch.Tensor] = {}
+        for i, (layer, (w, bias)) in enumerate(zip(model.layers, sent)):
+            dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
+            dense_b = np.zeros(layer.out_features, dtype=np.float32)
+            dense_w[rows[i]] = w
+            dense_b[rows[i]] = bias
+            values[f"layers.{i}.weight"] = torch.from_numpy(dense_w)
+            values[f"layers.{i}.bias"] = torch.from_numpy(dense_b)
+        return units, values
+
+    if memo is None:
+        return expand()
+    shapes = tuple((l.out_features, l.in_features) for l in model.layers)
+    return memo.get(packed, (tuple(classes), shapes), expand)
 
 
 @dataclass
@@ -188,6 +201,7 @@ class FedSub(Algorithm):
         self.own: Artifacts | None = None
         self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
+        self.decoded: DecodeMemo = ctx.shared.setdefault("fedsub-decoded", DecodeMemo())
         self.last_k: dict[int, int] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
         self.protos: ClassPrototypes | None = None
@@ -377,7 +391,7 @@ class FedSub(Algorithm):
                               dtype=np.float32)
             requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
-            units, values = decode_subnetworks(self.ctx.model, classes, payload)
+            units, values = decode_subnetworks(self.ctx.model, classes, payload, self.decoded)
         return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
                          values=values, units=units, requests=requests)
 

@@ -64,15 +64,16 @@ def row_weights(rule: str, units: np.ndarray, scores: Sequence[float]) -> tuple[
     raise ValueError(f"unknown fusion rule {rule!r}; choose overlap, cluster-avg or leadership")
 
 
-def layer_weights(rule: str, clusters: Sequence[ClassCluster], layer: int, num_members: int,
-                  rows: int) -> tuple[np.ndarray, np.ndarray]:
+def member_row_weights(rule: str, clusters: Sequence[ClassCluster], num_members: int,
+                       rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Eq. 7/10 folded in: a row's new value is the mean of the class updates that hold it, so
     each member's weight on the row is its weight summed over those classes, over their number.
+    Rows are every layer's units end to end (the rules treat rows independently).
     Returns (members × rows weights, rows some class holds)."""
     total = np.zeros((num_members, rows), dtype=np.float64)
     count = np.zeros(rows, dtype=np.float64)
     for cluster in clusters:
-        units = np.stack([np.asarray(u[layer], dtype=bool) for u in cluster.units])
+        units = np.stack([np.concatenate(u) for u in cluster.units]).astype(bool)
         weights, held = row_weights(rule, units, cluster.scores)
         total[cluster.members] += weights   # a cluster names each member once
         count += held
@@ -88,17 +89,18 @@ def fuse_rows(own: Params, members: Sequence[Params], clusters: Sequence[ClassCl
     new = dict(own)
     if not clusters:
         return new
-    for i in range(num_layers):
-        w_name, b_name = f"layers.{i}.weight", f"layers.{i}.bias"
-        weights, hit = layer_weights(rule, clusters, i, len(members), own[b_name].shape[0])
+    sizes = [own[f"layers.{i}.bias"].shape[0] for i in range(num_layers)]
+    all_weights, all_hit = member_row_weights(rule, clusters, len(members), sum(sizes))
+    for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes))):
+        weights, hit = all_weights[:, a:b], all_hit[a:b]
         if not hit.any():
             continue
-        used = np.flatnonzero(weights.any(axis=1))
-        coef = torch.from_numpy(weights[used])
-        hit_t = torch.from_numpy(hit)
-        for name in (w_name, b_name):
-            stacked = torch.stack([members[m][name] for m in used]).to(torch.float64)
-            fused = torch.einsum("mr,mr...->r...", coef, stacked)
-            keep = hit_t.view(-1, *([1] * (fused.dim() - 1)))
-            new[name] = torch.where(keep, fused, own[name].to(torch.float64)).to(own[name].dtype)
+        coef = torch.from_numpy(np.ascontiguousarray(weights))
+        hit_t = torch.from_numpy(np.ascontiguousarray(hit))
+        for name in (f"layers.{i}.weight", f"layers.{i}.bias"):
+            shape = (-1, *([1] * (own[name].dim() - 1)))   # a row's weight against its whole row
+            fused = torch.zeros(own[name].shape, dtype=torch.float64)
+            for m in np.flatnonzero(weights.any(axis=1)):
+                fused.addcmul_(coef[m].view(shape), members[m][name])   # float64 accumulator
+            new[name] = torch.where(hit_t.view(shape), fused, own[name].to(torch.float64)).to(own[name].dtype)
     return new
