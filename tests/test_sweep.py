@@ -301,3 +301,29 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     assert again.returncode == 0, again.stderr
     assert f"{len(done)} already done, {8 - len(done)} to run" in again.stderr
     assert all(r["status"] == "done" for r in rows(out / "sweep.csv"))
+
+
+def test_collaboration_gain_reads_a_data_fraction_sweep(tmp_path, capsys):
+    """bench/collaboration_gain.py: per fraction, each method against local training at the same
+    fraction (the paired row of paired.csv, sign turned so that a gain is method - local)."""
+    sweep = write_sweep(tmp_path, name="fractions", methods=["local", "gossip-avg"],
+                        grid={"dataset.train_fraction": [0.5, 1.0]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import collaboration_gain
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert collaboration_gain.main([str(out)]) == 0
+    table = rows(out / "collaboration_gain.csv", drop=())
+    assert [(r["method"], float(r["train_fraction"])) for r in table] == [("gossip-avg", 0.5), ("gossip-avg", 1.0)]
+    paired = rows(out / "paired.csv")
+    for r in table:
+        fraction = float(r["train_fraction"])
+        row = next(p for p in paired if {collaboration_gain.parse(p["a"]), collaboration_gain.parse(p["b"])}
+                   == {("local", fraction), ("gossip-avg", fraction)})
+        sign = 1 if row["a"].startswith("gossip-avg") else -1
+        assert float(r["gain"]) == pytest.approx(sign * float(row["f1_diff"]))
+        assert float(r["gain_ci_low"]) <= float(r["gain"]) <= float(r["gain_ci_high"])
+    assert (out / "collaboration_gain.png").stat().st_size > 0
