@@ -278,3 +278,28 @@ def _tiny_data() -> FederatedDataset:
                           samples_per_class=24, seed=3)
 
 
+
+
+def test_average_into_is_the_weighted_mean_of_read_only_peer_arrays(recwarn):
+    """Gossip averaging's one arithmetic step against numpy's weighted mean (float64), with the
+    peers' arrays read-only as the codec hands them over, and no warning for reading them."""
+    from p2pfed.algorithms.model_payload import average_into
+
+    rng = np.random.default_rng(7)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3))
+    own = {n: p.detach().numpy().astype(np.float64) for n, p in model.named_parameters()}
+    peers = []
+    for _ in range(4):
+        arrays = {n: rng.standard_normal(a.shape).astype(np.float32) for n, a in own.items()}
+        for a in arrays.values():
+            a.flags.writeable = False
+        peers.append((arrays, float(rng.integers(1, 100))))
+    average_into(model, 10.0, peers)
+    weights = [10.0] + [w for _, w in peers]
+    for name, p in model.named_parameters():
+        stack = [own[name]] + [t[name].astype(np.float64) for t, _ in peers]
+        np.testing.assert_allclose(p.detach().numpy(), np.average(stack, axis=0, weights=weights), rtol=1e-6, atol=1e-7)
+    assert not [w for w in recwarn.list if "not writable" in str(w.message)]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    average_into(model, 0.0, [(peers[0][0], 0.0)])   # zero total weight: unchanged
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())

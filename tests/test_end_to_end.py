@@ -7,6 +7,7 @@ import pytest
 
 from p2pfed.cli.main import main
 from p2pfed.engine.runner import run_scenario
+from p2pfed.results.provenance import code_version
 from p2pfed.scenario.loader import load_scenario
 
 SMALL = ["rounds=4", "dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20",
@@ -22,6 +23,7 @@ def test_run_writes_every_results_file(repo_root, tmp_path, capsys):
     for key in ("algorithm", "scenario", "seed", "devices", "rounds", "wall_time_s", "sim_time_s"):
         assert key in summary
     assert set(summary["final"]) == {"f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean"}
+    assert summary["code"] == code_version()   # which code made it (provenance)
     comm = summary["comm"]
     assert {"bytes_sent_total", "bytes_per_device_per_round", "full_model_bytes", "messages_sent",
             "messages_dropped"} <= set(comm)

@@ -225,6 +225,24 @@ def test_cache_hits_on_equal_content_and_misses_on_new() -> None:
     assert cache.misses == 4
 
 
+def test_a_cache_reserved_for_every_problem_hits_when_a_round_cycles_through_them() -> None:
+    """A round looks up every (device, class) problem in the same order: an LRU smaller than
+    that cycle misses on every lookup; one that each device reserved room in hits from round 2."""
+    problems = [blobs(3, 4, dim=4, seed=s)[0] for s in range(3)]
+    small = ClusteringCache(maxsize=2)
+    for _ in range(2):
+        small.cluster_many(problems[:1]), small.cluster_many(problems[1:2]), small.cluster_many(problems[2:])
+    assert (small.hits, small.misses) == (0, 6)
+    reserved = ClusteringCache(maxsize=2)
+    reserved.reserve(1)
+    for _ in range(2):
+        for p in problems:
+            reserved.cluster_many([p])
+    assert (reserved.hits, reserved.misses) == (3, 3)
+    with pytest.raises(ValueError):
+        reserved.reserve(-1)
+
+
 # ---------------------------------------------------------------------------- many at once
 
 

@@ -201,6 +201,7 @@ class FedSub(Algorithm):
         self.own: Artifacts | None = None
         self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
+        self.clusterings.reserve(ctx.num_classes)
         self.decoded: DecodeMemo = ctx.shared.setdefault("fedsub-decoded", DecodeMemo())
         self.last_k: dict[int, int] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype

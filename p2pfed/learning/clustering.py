@@ -407,6 +407,16 @@ class ClusteringCache:
     def __len__(self) -> int:
         return len(self._store)
 
+    def reserve(self, entries: int) -> None:
+        """Grow the bound by ``entries``: each device that shares the cache reserves room for
+        its own class problems. A round visits every (device, class) problem in the same order,
+        the worst case for an LRU smaller than that working set: at 1,000 devices x 6 classes
+        a fixed bound of 4,096 missed on every lookup."""
+        if entries < 0:
+            raise ValueError("entries must be >= 0")
+        with self._lock:
+            self.maxsize += entries
+
     @staticmethod
     def _key(points: np.ndarray, params: dict[str, Any]) -> tuple[Any, ...]:
         arr = np.ascontiguousarray(points)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from p2pfed.results.provenance import code_version
 from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
 
 
@@ -52,6 +53,7 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         },
         "algorithm_stats": {k: _mean_of(v) for k, v in by_key.items()},
         **extra,
+        "code": code_version(),
         "config": config,
     }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from p2pfed.results.compare import format_table
 from p2pfed.results.files import write_csv
+from p2pfed.results.provenance import describe
 from p2pfed.sweep import store
 from p2pfed.sweep.aggregate import (collect, curves, summary_columns, summary_rows, sweep_columns,
                                     sweep_rows)
@@ -34,8 +35,23 @@ def build_report(out: Path) -> str:
     plot_sweep(rows, keys, out / "sweep.png", title=name)
     x, panels = curves(results)
     plot_curves(x, panels, out / "f1_curves.png", title=f"{name}: F1 over {'rounds' if x == 'round' else 'time'}")
-    return format_table([_printed(r, keys) for r in rows],
-                        ["method", *keys, "n", "failed", "f1", "f1 95% CI", "bytes/dev/round"])
+    table = format_table([_printed(r, keys) for r in rows],
+                         ["method", *keys, "n", "failed", "f1", "f1 95% CI", "bytes/dev/round"])
+    return table + code_note(results)
+
+
+def code_note(results: list) -> str:
+    """A warning line when the finished cells came from more than one version of the code (a
+    resumed sweep after a change): their differences then mix code and configuration."""
+    versions: dict[str, int] = {}
+    for r in results:
+        if r.summary is not None:
+            label = describe(r.summary.get("code"))
+            versions[label] = versions.get(label, 0) + 1
+    if len(versions) <= 1:
+        return ""
+    listed = "; ".join(f"{label}: {n} cells" for label, n in sorted(versions.items()))
+    return f"\nwarning: the cells ran with {len(versions)} versions of the code ({listed})"
 
 
 def _printed(row: dict, keys: list[str]) -> dict:
