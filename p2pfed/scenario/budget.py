@@ -28,8 +28,11 @@ FLOAT32, FLOAT64 = 4, 8
 MODEL_COPIES = 3            # weights, gradients and at least one copy received from a peer
 ROUND_TALLY_BYTES = 400     # one round's traffic counters in the recorder
 EVALUATION_ROW_BYTES = 500  # one rounds.csv row held until the results are written
-WAYPOINT_PAIR_STEP_BYTES = 42  # per device pair and position sample: two float64 differences,
-                               # one float64 distance and three int8/bool flags
+NUMPY_ARRAY_HEADER = 112   # sys.getsizeof of an empty numpy array
+# Random waypoint, per position sample: its time twice (float64) and the four arrays of pairs
+# that enter or leave range, kept until the contacts are assembled. Pairs in range come from a
+# k-d tree (engine/contacts/mobility.py), so nothing grows with devices x devices any more.
+WAYPOINT_STEP_BYTES = 2 * FLOAT64 + 4 * NUMPY_ARRAY_HEADER
 CONTACT_BYTES = 150         # one Contact record
 KMEANS_MIN_K = 2            # FedSub's K sweep starts at 2 clusters
 
@@ -93,9 +96,9 @@ def estimates(sc: Scenario) -> list[Estimate]:
     pairs = n * (n - 1) / 2
     if c.kind == "random-waypoint":
         steps = duration / c.step_s + 1
-        out.append(Estimate("contacts.step_s", steps * pairs * WAYPOINT_PAIR_STEP_BYTES,
+        out.append(Estimate("contacts.step_s", steps * WAYPOINT_STEP_BYTES,
                             f"contacts.duration_s / contacts.step_s = {steps:.3g} position samples × "
-                            f"{pairs:.3g} device pairs"))
+                            f"{WAYPOINT_STEP_BYTES} bytes"))
     elif c.kind == "poisson":
         contacts = pairs * duration / (c.mean_intercontact_s + c.mean_duration_s)
         out.append(Estimate("contacts.mean_intercontact_s", contacts * CONTACT_BYTES,
