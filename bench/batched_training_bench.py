@@ -1,12 +1,13 @@
 """Batched local training against one model at a time, side by side in one process.
 
 For each federation, every device's plain training job (``Algorithm.plain_training_job``, one epoch
-as configured) runs once per "round" in three ways, interleaved round by round so that a loaded
-machine slows all three alike: one model at a time (``TrainingJob.run``, the loop the runtimes
-used before), batched with ``torch.func.functional_call`` under ``torch.vmap`` (``train_jobs``,
-what the simulation uses), and batched with the MLP's forward written out as grouped matmuls
-(``torch.baddbmm``; the alternative, measured to choose between them). The figures are the median over rounds; read the
-ratios, not the absolute times.
+as configured) runs once per "round" in four ways, interleaved round by round so that a loaded
+machine slows them alike: one model at a time (``TrainingJob.run``), batched with autograd over
+``torch.func.functional_call`` under ``torch.vmap`` (the library path), batched with autograd over
+the MLP's forward as grouped matmuls (``torch.baddbmm``), and batched with the backward written out
+and SGD added straight into the weights (``learning/mlp_backprop.py``: what the simulation uses).
+The figures are the median over rounds; read the ratios, not the absolute times. Threads as the
+simulation uses them (``engine.torch_threads: auto``).
 
 Federations: the quickstart (36 WISDM devices, MLP [128, 512]) and the synthetic federation of
 issue 12 (``bench/scale.py``: 43 features, 6 classes, ~112 training samples per device, the
@@ -29,24 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from scale import SCENARIO as SYNTHETIC, federation_overrides  # noqa: E402
 
-from p2pfed.learning.batched_training import StackedForward, TrainingJob, train_group, train_jobs  # noqa: E402
+from p2pfed.learning.batched_training import TrainingJob, mlp_forward, train_group, vmap_forward  # noqa: E402
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset  # noqa: E402
 from p2pfed.scenario.loader import load_scenario  # noqa: E402
-
-
-def mlp_forward(template: torch.nn.Module) -> StackedForward:
-    """``MLP.forward`` (no unit gates) over stacked parameters, written out as grouped matmuls."""
-    layers = len(template.layers)
-
-    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i in range(layers):
-            h = torch.baddbmm(params[f"layers.{i}.bias"].unsqueeze(1), h,
-                              params[f"layers.{i}.weight"].transpose(1, 2))
-            if i < layers - 1:
-                h = torch.relu(h)
-        return h
-    return forward
+from p2pfed.scenario.threads import apply_torch_threads  # noqa: E402
 
 
 def jobs_of(scenario: Path | None, overrides: list[str]) -> list[TrainingJob]:
@@ -58,9 +45,11 @@ def jobs_of(scenario: Path | None, overrides: list[str]) -> list[TrainingJob]:
 def measure(jobs: list[TrainingJob], rounds: int) -> dict[str, tuple[float, float]]:
     """Median (CPU seconds, wall seconds) per round of each way; the order of the ways rotates
     from round to round."""
+    with_data = [j for j in jobs if j.x.shape[0]]
     ways = {"one model at a time": lambda: [job.run() for job in jobs],
-            "batched (vmap)": lambda: train_jobs(jobs),
-            "batched (bmm)": lambda: train_group([j for j in jobs if j.x.shape[0]], mlp_forward)}
+            "batched, vmap + autograd": lambda: train_group(with_data, vmap_forward),
+            "batched, bmm + autograd": lambda: train_group(with_data, mlp_forward),
+            "batched, written out": lambda: train_group(with_data)}
     cpu: dict[str, list[float]] = {name: [] for name in ways}
     wall: dict[str, list[float]] = {name: [] for name in ways}
     for way in ways.values():   # warm-up: first calls pay lazy imports and allocations
@@ -80,17 +69,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--devices", type=int, default=1000, help="devices of the synthetic federation")
     args = ap.parse_args()
-    torch.set_num_threads(1)   # engine.torch_threads default, as the runtimes train
+    apply_torch_threads("auto")   # engine.torch_threads default, as the simulation trains
     federations = {"quickstart (36 WISDM devices)": (None, ["rounds=2"]),
                    f"synthetic ({args.devices} devices)": (SYNTHETIC, federation_overrides(args.devices, 2))}
     for title, (scenario, overrides) in federations.items():
         jobs = jobs_of(scenario, overrides)
         result = measure(jobs, args.rounds)
         base_cpu, base_wall = result["one model at a time"]
-        print(f"{title}: median of {args.rounds} rounds, one epoch per device "
+        print(f"{title}: median of {args.rounds} rounds, one epoch per device, {torch.get_num_threads()} threads "
               f"(speed-up over one model at a time, in CPU time and in wall time)")
         for name, (cpu, wall) in result.items():
-            print(f"  {name:22s} {cpu:8.3f} CPU s/round {base_cpu / cpu:5.2f}x   "
+            print(f"  {name:26s} {cpu:8.3f} CPU s/round {base_cpu / cpu:5.2f}x   "
                   f"{wall:8.3f} wall s/round {base_wall / wall:5.2f}x", flush=True)
 
 

@@ -27,11 +27,11 @@ CONFIGS = [TrainingConfig(epochs=1, batch_size=8, lr=0.1),
            TrainingConfig(epochs=2, batch_size=10, lr=0.05, momentum=0.5, weight_decay=1e-2)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As the runtimes train (``engine.torch_threads: 1``): tiny models, one thread."""
+@pytest.fixture(autouse=True, params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """One thread (a sweep worker, a real peer) and two (a simulation on this 2-core machine)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(request.param)
     yield
     torch.set_num_threads(before)
 
@@ -64,6 +64,24 @@ def test_batched_training_equals_one_model_at_a_time(config):
     assert np.isnan(loop_losses[3]) and not np.isnan(loop_losses[1])
     assert any(not torch.equal(p, q) for p, q in zip(loop[0].model.parameters(),
                                                      build_model(12, 5, [16, 24], seed=0).parameters()))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["e1-b8", "e3-b7", "e2-b10-momentum", "e2-b10-momentum-decay"])
+@pytest.mark.parametrize("way", ["grouped matmuls + autograd", "backward written out"])
+def test_the_mlp_paths_train_like_the_library_path(config, way):
+    """The MLP's grouped-matmul forward under autograd, and its backward written out with SGD
+    added straight into the weights (what the runtimes use), against autograd over ``vmap``."""
+    library, mine = _jobs(config), _jobs(config)
+    library_losses = train_group([j for j in library if j.x.shape[0]], batched_training.vmap_forward)
+    forward = batched_training.mlp_forward if way == "grouped matmuls + autograd" else None
+    my_losses = train_group([j for j in mine if j.x.shape[0]], forward)
+    np.testing.assert_allclose(my_losses, library_losses, atol=1e-6)
+    for a, b in zip(library, mine, strict=True):
+        for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
+            torch.testing.assert_close(q.detach(), p.detach(), atol=1e-6, rtol=0)
+    assert batched_training.stacked_forward(library[0].model).__name__ == "forward"   # not vmap's
+    gated = build_model(12, 5, [16, 24], seed=0, unit_gates=True)
+    assert batched_training.stacked_forward(gated).__name__ != "forward"
 
 
 def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_parameters_too():

@@ -61,11 +61,11 @@ def _spy_on_evaluations(test_classes: str):
     sched = build_class_schedule(loaded, dataset)
     seen: dict[tuple[int, int], tuple[set, set]] = {}
     for i, a in enumerate(algos):
-        def spy(a=a, i=i, evaluate=a.evaluate):
+        def spy(a=a, i=i, model=a.evaluated_model):   # asked once per evaluation, batched or not
             r = sum(1 for d, _ in seen if d == i)
             seen[i, r] = (set(a.ctx.y_train.unique().tolist()), set(a.ctx.y_test.unique().tolist()))
-            return evaluate()
-        a.evaluate = spy
+            return model()
+        a.evaluated_model = spy
     sim = Simulation(algos, build_topology("complete", 6, seed=0), RoundSchedule(7, 10.0), Recorder(6),
                      np.random.default_rng(0), max_message_bytes=2**20, class_schedule=sched)
     sim.run()

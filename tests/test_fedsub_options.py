@@ -314,10 +314,9 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
 
 
 def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_checks_it(repo_root):
-    """The simulators give every receiver of a broadcast the same decoded arrays: FedSub builds
-    the dense copy once (memo), but a receiver whose model does not fit still refuses it."""
+    """The simulators give every receiver of a broadcast the same decoded arrays and memo: FedSub
+    builds the dense copy once, but a receiver whose model does not fit still refuses it."""
     from p2pfed.algorithms.base import ArtifactError, Payload
-    from p2pfed.algorithms.decode_memo import DecodeMemo
     from p2pfed.algorithms.fedsub import decode_subnetworks, encode_subnetworks
     from p2pfed.learning.model import MLP
     algo = _build(repo_root, ["model.hidden=[13,30]"])[0]
@@ -325,19 +324,20 @@ def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_
     algo._extract()
     model, own = algo.ctx.model, algo.own
     tensors = encode_subnetworks(model, own.units, False)
-    memo = DecodeMemo()
-    first = decode_subnetworks(model, own.classes, Payload({}, tensors), memo)
-    second = decode_subnetworks(model, own.classes, Payload({}, tensors), memo)
-    assert second[1] is first[1] and (memo.built, memo.shared) == (1, 1)
-    alone = decode_subnetworks(model, own.classes, Payload({}, tensors))
+    shared: dict = {}   # one decoded message's memo, as every receiver of a broadcast gets it
+    first = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))
+    second = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))
+    assert second[1] is first[1] and second[0] is first[0] and len(shared) == 1
+    alone = decode_subnetworks(model, own.classes, Payload({}, tensors))   # a message of its own
+    assert alone[1] is not first[1]
     for name, value in alone[1].items():
         assert torch.equal(value, first[1][name])
     other_shape = MLP(model.layers[0].in_features, [13, 31], model.layers[-1].out_features)
     with pytest.raises(ArtifactError):
-        decode_subnetworks(other_shape, own.classes, Payload({}, tensors), memo)
-    copy = {k: v.copy() for k, v in tensors.items()}   # equal arrays, another message: built again
-    decode_subnetworks(model, own.classes, Payload({}, copy), memo)
-    assert memo.built == 2
+        decode_subnetworks(other_shape, own.classes, Payload({}, tensors, shared))
+    narrower_rows = dict(tensors, **{"layers.0.weight": tensors["layers.0.weight"][:-1]})
+    with pytest.raises(ArtifactError, match="layers.0.weight"):   # checked even with the memo built
+        decode_subnetworks(model, own.classes, Payload({}, narrower_rows, shared))
 
 def test_partial_depth_keeps_the_later_layers_local(repo_root):
     algos = _build(repo_root, ["dataset.synthetic.num_devices=8", "algorithm.depth=partial",

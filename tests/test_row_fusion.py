@@ -9,8 +9,17 @@ from hypothesis import strategies as st
 
 from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
 from p2pfed.learning.model import MLP
-from p2pfed.learning.row_fusion import ClassCluster, fuse_rows, row_weights
+from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job, row_weights
 from p2pfed.learning.subnetworks import parameter_masks
+
+
+def fuse_rows(own, members, clusters, rule, num_layers):
+    """The row-form job run on a copy of ``own``: the device's parameters after the fusion."""
+    targets = {n: t.clone() for n, t in own.items()}
+    job = row_fusion_job(targets, members, clusters, rule, num_layers)
+    if job is not None:
+        job.run()
+    return targets
 
 
 def reference(own, members, clusters, rule, model):

@@ -29,6 +29,7 @@ from p2pfed.learning.slimming import (
 )
 from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Message, encode
 from tests.conftest import ROOT
 from tests.hand_driven import clique_rounds
@@ -156,7 +157,7 @@ def _run_clique(extra: list[str], rounds: int = 8):
                                       "training.epochs=2", f"rounds={rounds}", "algorithm.target_rate=0.5", *extra])
     dataset = _planted()
     algos = [build_algorithm(loaded, dataset, i) for i in range(len(dataset.devices))]
-    torch.set_num_threads(loaded.scenario.engine.torch_threads)   # as the runtimes do: tiny models, one thread
+    apply_torch_threads(loaded.scenario.engine.torch_threads)   # as the runtimes do
     clique_rounds(algos, range(rounds))
     return algos
 

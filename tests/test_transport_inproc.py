@@ -79,6 +79,20 @@ def test_frames_are_checked_like_a_mailbox_and_routed_by_envelope():
         net.close()
 
 
+def test_a_broadcast_passes_through_once_for_all_its_destinations():
+    net = RoutedInprocNetwork(10_000, 1 << 20)
+    try:
+        everyone = list(range(10_000))   # the envelope of a broadcast to every device fits too
+        payload = np.random.default_rng(2).bytes(200_000)
+        assert net.broadcast(everyone, payload) == payload
+        assert net.broadcast([4, 7], b"small") == b"small"
+        assert (net.stats.sent, net.stats.received, net.misrouted) == (2, 2, 0)
+        with pytest.raises(ValueError, match="destination"):
+            net.broadcast([1, 10_000], b"x")
+    finally:
+        net.close()
+
+
 def test_bad_destinations_and_a_closed_network_are_refused():
     net = RoutedInprocNetwork(3, 1000)
     for bad in (-1, 3, 1.0, True):

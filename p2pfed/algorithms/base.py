@@ -23,11 +23,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 from pydantic import BaseModel, ConfigDict
 
 from p2pfed.algorithms.payloads import Payload, Received
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
+from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
@@ -181,10 +183,38 @@ class Algorithm(ABC):
             self.cache[item.sender] = item
 
     def fuse(self, round: int, now: float) -> None:
-        """Integrate what peers sent; the default does nothing (a purely local method)."""
+        """Integrate what peers sent. The default runs ``fusion_job``'s job; a method whose fusion
+        is not a weighted sum of parameter rows overrides this instead."""
+        job = self.fusion_job(round, now)
+        if job is not None:
+            job.run()
+
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        """This fusion with its bookkeeping done and its arithmetic — weighted sums of parameter
+        rows — left as a job that a runtime may run together with other devices'
+        (``run_fusion_jobs``); None: nothing to compute (the default: a purely local method)."""
+        return None
+
+    def start_fusion(self, round: int, now: float) -> FusionJob | None:
+        """What the device loop calls: the job of a method that fuses through ``fusion_job``, or
+        the whole ``fuse`` of one that overrides it (None then: nothing left)."""
+        if type(self).fuse is Algorithm.fuse:
+            return self.fusion_job(round, now)
+        self.fuse(round, now)
+        return None
+
+    def evaluated_model(self) -> nn.Module:
+        """The model this device would use, and is scored on (a runtime may score many devices'
+        together); the default is the trained and fused model."""
+        return self.ctx.model
 
     def evaluate(self) -> Evaluation:
-        return evaluate(self.ctx.model, self.ctx.x_test, self.ctx.y_test)
+        return evaluate(self.evaluated_model(), self.ctx.x_test, self.ctx.y_test)
+
+    def scored_model(self) -> nn.Module | None:
+        """What a runtime scoring many devices together scores for this one: the
+        ``evaluated_model``, or None for a method that overrides ``evaluate`` (it scores itself)."""
+        return self.evaluated_model() if type(self).evaluate is Algorithm.evaluate else None
 
     def stats(self) -> dict[str, Any]:
         """Method-specific numbers worth reporting (averaged over devices in summary.json)."""

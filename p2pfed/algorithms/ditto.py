@@ -13,12 +13,13 @@ import copy
 from typing import Any
 
 from pydantic import Field
+from torch import nn
 
 from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.regularisers import proximal_loss, snapshot
-from p2pfed.learning.training import Evaluation, evaluate, train_epochs
+from p2pfed.learning.training import train_epochs
 
 
 class DittoOptions(Options):
@@ -43,8 +44,8 @@ class Ditto(GossipAvg):
                      extra_loss=proximal_loss(anchor, self.options.lam))
         super().train(round)
 
-    def evaluate(self) -> Evaluation:
-        return evaluate(self.personal, self.ctx.x_test, self.ctx.y_test)
+    def evaluated_model(self) -> nn.Module:
+        return self.personal
 
     def stats(self) -> dict:
         """L2 distance between the personal model (evaluated) and the global one (shared): 0

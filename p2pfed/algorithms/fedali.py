@@ -21,13 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from pydantic import Field
 
 from p2pfed.algorithms.base import Algorithm, DeviceContext, Options, Payload, expect_array, register
 from p2pfed.algorithms.model_payload import average_into, model_payload, model_tensors, sample_count
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.alignment import ALPLayer, AlignedMLP, kmeans_prototypes
-from p2pfed.learning.training import Evaluation, evaluate, train_epochs
+from p2pfed.learning.training import train_epochs
 
 PROTOTYPES = "local_prototypes"   # the payload tensor with the sender's local prototypes
 
@@ -113,8 +114,8 @@ class FedAli(Algorithm):
                              "kmeans_points": float(len(sets) * self.alp.num_prototypes),
                              "kmeans_fusions": self.numbers.get("kmeans_fusions", 0.0) + 1})
 
-    def evaluate(self) -> Evaluation:
-        return evaluate(self.net, self.ctx.x_test, self.ctx.y_test)
+    def evaluated_model(self) -> nn.Module:
+        return self.net
 
     def stats(self) -> dict[str, Any]:
         return dict(sorted(self.numbers.items()))

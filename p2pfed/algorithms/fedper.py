@@ -14,6 +14,7 @@ from pydantic import Field
 
 from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
+from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.regularisers import snapshot
 
@@ -49,9 +50,14 @@ class FedPer(GossipAvg):
     def shared_names(self) -> list[str]:
         return self.body
 
-    def fuse(self, round: int, now: float) -> None:
-        before = snapshot(self.ctx.model)
-        super().fuse(round, now)
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        job = super().fusion_job(round, now)
+        if job is not None:   # count, once the fused values are in, which part they changed
+            before = snapshot(self.ctx.model)
+            job.then.append(lambda: self._count_moved(before))
+        return job
+
+    def _count_moved(self, before: dict[str, torch.Tensor]) -> None:
         moved = {n for n, p in self.ctx.model.named_parameters() if not torch.equal(p.detach(), before[n])}
         for part, names in (("body", self.body), ("head", self.head)):
             self.fusions_moved[part] += bool(moved.intersection(names))

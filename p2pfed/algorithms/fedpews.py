@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from pydantic import Field
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, Options, Payload,
@@ -42,7 +43,6 @@ from p2pfed.learning.model import MLP
 from p2pfed.learning.neuron_masks import (ParamMasks, UnitMasks, average_where_held, fixed_units,
                                           hidden_sizes, jaccard, masked_copy, parameter_masks,
                                           sample_units, train_subnetwork)
-from p2pfed.learning.training import Evaluation, evaluate
 
 PHASES = ("warmup", "full")
 
@@ -158,11 +158,10 @@ class FedPeWSFixed(Algorithm):
             self.units = None
             super().train(round)
 
-    def evaluate(self) -> Evaluation:
+    def evaluated_model(self) -> nn.Module:
+        """During warmup, the device's subnetwork alone (the rest masked out)."""
         model = self.ctx.model
-        if self.units is not None:
-            model = masked_copy(model, parameter_masks(model, self.units))
-        return evaluate(model, self.ctx.x_test, self.ctx.y_test)
+        return model if self.units is None else masked_copy(model, parameter_masks(model, self.units))
 
     def share(self, round: int) -> Payload:
         if self.units is None:

@@ -49,11 +49,11 @@ from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
                                     expect_array, register)
-from p2pfed.algorithms.decode_memo import DecodeMemo
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.clustering import ClusteringCache
 from p2pfed.learning.collaborative import predict_missing
-from p2pfed.learning.row_fusion import ClassCluster, fuse_rows
+from p2pfed.learning.batched_fusion import FusionJob
+from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job
 from p2pfed.learning.model import MLP
 from p2pfed.learning.privacy import perturb
 from p2pfed.learning.prototypes import class_means, class_prototypes
@@ -137,41 +137,52 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
     return tensors
 
 
-def decode_subnetworks(model: MLP, classes: list[int], payload: Payload,
-                       memo: DecodeMemo | None = None) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
-    """Inverse of ``encode_subnetworks``, checked against the local model's shapes. With a
-    ``memo``, the dense copy of a broadcast is built once for all its receivers (read-only)."""
-    sizes = [l.out_features for l in model.layers]
+def decode_subnetworks(model: MLP, classes: list[int], payload: Payload
+                       ) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+    """Inverse of ``encode_subnetworks``, checked against the local model's shapes. What it
+    builds from the arrays (unit masks, the dense copy) goes into ``payload.memo``: the receivers
+    of a broadcast in the simulators share it (read-only), each checking the arrays' shapes
+    against its own model first."""
+    sizes = tuple(l.out_features for l in model.layers)
     packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
-    bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
-    bits.flags.writeable = False   # the class masks below are views into it
-    spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
-    any_class = bits.any(axis=0)
-    rows = [any_class[a:b] for a, b in spans]
-    sent = []
-    for i, layer in enumerate(model.layers):
-        n = int(rows[i].sum())
-        sent.append((expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
-                     expect_array(payload, f"layers.{i}.bias", (n,))))
+    key = ("fedsub/subnetworks", tuple(classes), tuple((l.out_features, l.in_features) for l in model.layers))
+    decoded = payload.memo.get(key)
+    if decoded is None:
+        decoded = payload.memo[key] = _DecodedUnits(packed, classes, sizes)
+    sent = [(expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
+             expect_array(payload, f"layers.{i}.bias", (n,)))
+            for i, (layer, n) in enumerate(zip(model.layers, decoded.row_counts))]
+    return decoded.units, decoded.dense(model, sent)
 
-    def expand() -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
-        units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
-        values: dict[str, torch.Tensor] = {}
-        for i, (layer, (w, bias)) in enumerate(zip(model.layers, sent)):
-            dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
-            dense_b = np.zeros(layer.out_features, dtype=np.float32)
-            dense_w[rows[i]] = w
-            dense_b[rows[i]] = bias
-            values[f"layers.{i}.weight"] = torch.from_numpy(dense_w)
-            values[f"layers.{i}.bias"] = torch.from_numpy(dense_b)
-        return units, values
 
-    if memo is None:
-        return expand()
-    shapes = tuple((l.out_features, l.in_features) for l in model.layers)
-    return memo.get(packed, (tuple(classes), shapes), expand)
+class _DecodedUnits:
+    """A subnetwork message's unit masks, and (built on first use) its dense copy: parameters
+    zero outside the rows sent. Shared by the message's receivers: never modified."""
+
+    def __init__(self, packed: np.ndarray, classes: list[int], sizes: tuple[int, ...]) -> None:
+        bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
+        bits.flags.writeable = False   # the class masks are views into it
+        spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
+        self.units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
+        any_class = bits.any(axis=0)
+        self.rows = [any_class[a:b] for a, b in spans]
+        self.row_counts = [int(r.sum()) for r in self.rows]
+        self._dense: dict[str, torch.Tensor] | None = None
+
+    def dense(self, model: MLP, sent: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, torch.Tensor]:
+        if self._dense is None:
+            values: dict[str, torch.Tensor] = {}
+            for i, (layer, (w, bias)) in enumerate(zip(model.layers, sent)):
+                dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
+                dense_b = np.zeros(layer.out_features, dtype=np.float32)
+                dense_w[self.rows[i]] = w
+                dense_b[self.rows[i]] = bias
+                values[f"layers.{i}.weight"] = torch.from_numpy(dense_w)
+                values[f"layers.{i}.bias"] = torch.from_numpy(dense_b)
+            self._dense = values
+        return self._dense
 
 
 @dataclass
@@ -202,7 +213,6 @@ class FedSub(Algorithm):
         self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.clusterings.reserve(ctx.num_classes)
-        self.decoded: DecodeMemo = ctx.shared.setdefault("fedsub-decoded", DecodeMemo())
         self.last_k: dict[int, int] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
         self.protos: ClassPrototypes | None = None
@@ -392,7 +402,7 @@ class FedSub(Algorithm):
                               dtype=np.float32)
             requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
-            units, values = decode_subnetworks(self.ctx.model, classes, payload, self.decoded)
+            units, values = decode_subnetworks(self.ctx.model, classes, payload)
         return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
                          values=values, units=units, requests=requests)
 
@@ -434,13 +444,13 @@ class FedSub(Algorithm):
             return units
         return [u if i < self.options.shared_layers else np.zeros_like(u) for i, u in enumerate(units)]
 
-    def fuse(self, round: int, now: float) -> None:
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
         self.drop_stale(now, self.options.cache_max_age_s)
         for key in [k for k in self.parsed if k not in self.cache]:
             del self.parsed[key]
         peers = self.peers
         if self.own is None or not peers:
-            return
+            return None
         me, o = self.ctx.device_id, self.options
         view = {me: self.own, **peers}
         held = {m: {c: a.prototypes[j] for j, c in enumerate(a.classes)} for m, a in view.items()}
@@ -486,12 +496,9 @@ class FedSub(Algorithm):
                                          units=[self._fusable(view[m].units[c]) for m in mates],
                                          scores=[view[m].scores[view[m].classes.index(c)] for m in mates]))
         self.requests = requests
-        own_params = {n: p.detach() for n, p in model.named_parameters()}
-        new = fuse_rows(own_params, member_values, clusters, o.fusion, len(model.layers))
-        with torch.no_grad():
-            for n, p in model.named_parameters():
-                p.copy_(new[n])
         self.take_fresh()
+        targets = {n: p.detach() for n, p in model.named_parameters()}
+        return row_fusion_job(targets, member_values, clusters, o.fusion, len(model.layers))
 
     def _count_clustering(self, k: int, literal_k: int, cluster_size: int) -> None:
         n = self.counters

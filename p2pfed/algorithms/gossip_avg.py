@@ -13,8 +13,12 @@ in which a device trains alone (``local_phase``).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from p2pfed.algorithms.base import Algorithm, Payload, Received, register
-from p2pfed.algorithms.model_payload import average_into, model_payload, model_tensors, sample_count
+from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
+                                             sample_count)
+from p2pfed.learning.batched_fusion import FusionJob
 
 
 @register
@@ -41,15 +45,19 @@ class GossipAvg(Algorithm):
             return None
         return model_payload(self.ctx.model, self.ctx.num_samples, self.shared_names())
 
+    @cached_property
+    def shared_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shared parameters' shapes, read once: every message is checked against them."""
+        return parameter_shapes(self.ctx.model, self.shared_names())
+
     def check_payload(self, payload: Payload) -> None:
-        model_tensors(self.ctx.model, payload, self.shared_names())
+        checked_tensors(payload, self.shared_shapes)
         sample_count(payload)
 
-    def fuse(self, round: int, now: float) -> None:
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
         fresh = self.take_fresh()
         if self.local_phase(round):
-            return
-        names = self.shared_names()
-        peers = [(model_tensors(self.ctx.model, r.payload, names), float(sample_count(r.payload)))
+            return None
+        peers = [(checked_tensors(r.payload, self.shared_shapes), float(sample_count(r.payload)))
                  for r in self.mates(round, fresh)]
-        average_into(self.ctx.model, float(self.ctx.num_samples), peers, names)
+        return averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes)

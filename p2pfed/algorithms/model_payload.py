@@ -7,14 +7,13 @@ difference between them is which parameter names they pass.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
-import torch
 from torch import nn
 
 from p2pfed.algorithms.base import ArtifactError, Payload, expect_array
+from p2pfed.learning.batched_fusion import FusionJob, weighted_mean_job
 
 
 def model_payload(model: nn.Module, num_samples: int, names: Iterable[str] | None = None,
@@ -27,12 +26,21 @@ def model_payload(model: nn.Module, num_samples: int, names: Iterable[str] | Non
     return Payload(meta={"num_samples": int(num_samples), **meta}, tensors=tensors)
 
 
+def parameter_shapes(model: nn.Module, names: Iterable[str] | None = None) -> dict[str, tuple[int, ...]]:
+    """The named parameters' (all by default) shapes, in the model's order."""
+    keep = None if names is None else set(names)
+    return {name: tuple(p.shape) for name, p in model.named_parameters() if keep is None or name in keep}
+
+
+def checked_tensors(payload: Payload, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The payload's parameters, checked name by name against ``shapes`` (the local model's)."""
+    return {name: expect_array(payload, name, shape) for name, shape in shapes.items()}
+
+
 def model_tensors(model: nn.Module, payload: Payload,
                   names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """The payload's parameters, checked name by name against the local model's shapes."""
-    keep = None if names is None else set(names)
-    return {name: expect_array(payload, name, tuple(p.shape))
-            for name, p in model.named_parameters() if keep is None or name in keep}
+    return checked_tensors(payload, parameter_shapes(model, names))
 
 
 def sample_count(payload: Payload) -> int:
@@ -43,27 +51,21 @@ def sample_count(payload: Payload) -> int:
     return n
 
 
-@torch.no_grad()
+def averaging_job(model: nn.Module, own_weight: float,
+                  peers: Sequence[tuple[dict[str, np.ndarray], float]],
+                  names: Iterable[str] | None = None) -> FusionJob | None:
+    """Replacing the named parameters by the weighted mean of the model's own and the peers', as
+    a job (float64 sums; the peers' arrays are the codec's read-only views and are only read).
+    None when there is nothing to average (no peers or a zero total weight)."""
+    keep = None if names is None else set(names)
+    targets = {name: p.detach() for name, p in model.named_parameters() if keep is None or name in keep}
+    return weighted_mean_job(targets, own_weight, peers)
+
+
 def average_into(model: nn.Module, own_weight: float,
                  peers: Sequence[tuple[dict[str, np.ndarray], float]],
                  names: Iterable[str] | None = None) -> None:
-    """Replace the named parameters by the weighted mean of the model's own and the peers'.
-
-    Accumulates in float64 so the result does not depend on the order peers arrived in beyond
-    rounding; a zero total weight leaves the model unchanged. Each peer's array is added in place
-    (``add_`` with ``alpha``: no float64 copy per peer), which on a complete graph of 36 devices
-    halves the round; the peers' arrays are the codec's read-only views and are only read.
-    """
-    total = own_weight + sum(w for _, w in peers)
-    if not peers or total <= 0:
-        return
-    keep = None if names is None else set(names)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        for name, p in model.named_parameters():
-            if keep is not None and name not in keep:
-                continue
-            acc = p.detach().double() * own_weight
-            for tensors, w in peers:
-                acc.add_(torch.from_numpy(np.asarray(tensors[name])), alpha=w)
-            p.copy_((acc / total).to(p.dtype))
+    """``averaging_job`` run at once."""
+    job = averaging_job(model, own_weight, peers, names)
+    if job is not None:
+        job.run()

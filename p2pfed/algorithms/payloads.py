@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,10 @@ class Payload:
 
     meta: dict[str, Any]
     tensors: dict[str, np.ndarray]
+    # Received payloads: work derived from these (read-only) arrays, shared by every receiver of
+    # the same decoded message (a broadcast is decoded once); methods key entries by what else
+    # the work depends on, and never modify what they find here.
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pydantic import Field
 from p2pfed.algorithms.base import Payload, register
 from p2pfed.algorithms.fedrep import FedRep, FedRepOptions
 from p2pfed.algorithms.prototype_sharing import PrototypeOptions, PrototypeSharing
+from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.training import ExtraLoss
 
 
@@ -50,6 +51,7 @@ class ProtoHAR(FedRep, PrototypeSharing):
         super().check_payload(payload)
         self.parse_prototypes(payload)
 
-    def fuse(self, round: int, now: float) -> None:
-        super().fuse(round, now)
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        job = super().fusion_job(round, now)
         self.average_cached_prototypes()
+        return job

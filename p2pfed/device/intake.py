@@ -103,11 +103,13 @@ class Intake:
         self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
     def take(self, data: bytes, *, link: int | None, now: float, round: int,
-             decoded: Message | None = None) -> Received | Held | ResendRequest | None:
+             decoded: Message | None = None, memo: dict | None = None
+             ) -> Received | Held | ResendRequest | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
         current round (or evaluation interval), the one a drop is counted in. ``decoded``: ``data``
-        already decoded by the codec (a broadcast decoded once for all its receivers, read-only);
+        already decoded by the codec (a broadcast decoded once for all its receivers, read-only),
+        with ``memo`` the work methods derive from it, shared the same way (``Payload.memo``);
         the other checks still run here. Returns the cached item, ``Held`` for a later round's
         message or ``ResendRequest`` (see ``hold_later_rounds``), None if dropped."""
         who = link
@@ -136,7 +138,7 @@ class Intake:
                 cached = self.algorithm.cache.get(msg.sender)
                 if cached is not None and msg.round <= cached.round:
                     raise Refused("repeat", f"round {msg.round} from peer {msg.sender} was already received")
-            item = self._check(msg, now)
+            item = self._check(msg, now, memo)
         except Refused as exc:
             self._drop(who, round, exc.reason, str(exc))
             return None
@@ -160,7 +162,7 @@ class Intake:
         """Count a frame the transport refused before it could be decoded (oversized, multipart)."""
         self._drop(link, round, reason, detail)
 
-    def _check(self, msg: Any, now: float) -> Received:
+    def _check(self, msg: Any, now: float, memo: dict | None = None) -> Received:
         rules = self.rules
         if rules.rounds is not None and msg.round >= rules.rounds:
             raise Refused("window", f"round {msg.round} is past the run's {rules.rounds} rounds")
@@ -173,7 +175,8 @@ class Intake:
         try:
             origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)
             item = Received(sender=origin, round=msg.round, sent_at=msg.sent_at, received_at=now,
-                            payload=Payload(meta, dict(msg.tensors)), hops=hops)
+                            payload=Payload(meta, dict(msg.tensors), {} if memo is None else memo),
+                            hops=hops)
             self.algorithm.receive(item)
         except ArtifactError as exc:
             raise Refused("artifact", str(exc)) from None

@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2pfed.algorithms import Algorithm
+from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device.wire import encode_share
+from p2pfed.learning.batched_evaluation import evaluate_many
+from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
 from p2pfed.learning.training import Evaluation
 from p2pfed.results.recorder import Recorder
@@ -33,6 +35,15 @@ class Outgoing:
     sent_at: float
     data: bytes
     to: int | None = None   # the one peer this part is addressed to (None: every neighbour)
+
+
+@dataclass(frozen=True)
+class PendingFusion:
+    """A fusion whose bookkeeping is done and whose arithmetic (``job``; None: none left) is not
+    yet: the runtime runs the jobs of devices acting together in one go."""
+
+    job: FusionJob | None
+    used: list[Received]   # the artifacts this fusion used for the first time
 
 
 class DeviceLoop:
@@ -71,34 +82,43 @@ class DeviceLoop:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
         fusion or after the training. A device that does not take part this round (``train``
         False) still fuses and evaluates, but neither trains nor shares."""
-        self.before_training(round, evaluate=evaluate)
+        pending = self.start_fusion(round)
+        if pending is not None and pending.job is not None:
+            pending.job.run()
+        self.finish_fusion(pending)
+        if evaluate and self.evaluate_when == "after-fusion":
+            self.evaluate(round)
         if train:
             self.algorithm.train(round)
-        return self.after_training(round, train=train, evaluate=evaluate)
+        if evaluate and self.evaluate_when == "after-training":
+            self.evaluate(round)
+        return self.share(round, train=train)
 
-    def before_training(self, round: int, *, evaluate: bool) -> None:
-        """The part of ``act`` before training: visible data, stale artifacts, fusion, and the
-        evaluation when it is due after the fusion."""
+    def start_fusion(self, round: int) -> PendingFusion | None:
+        """Visible data, stale artifacts, and the fusion up to its arithmetic (None: nothing new
+        to fuse)."""
         algo, now = self.algorithm, self.clock()
         if self.visible_classes is not None:
             algo.ctx.set_visible_classes(self.visible_classes(round))
         algo.drop_stale(now, self.max_age_s)
-        if algo.has_new():
-            used = algo.fuse_new(round, now)
-            if used:
-                self.fusions += 1
-                self.recorder.fused(r.age(now) for r in used)
-        if evaluate and self.evaluate_when == "after-fusion":
-            self.evaluate(round)
+        if not algo.has_new():
+            return None
+        before = [r for r in algo.cache.values() if r.fresh]
+        job = algo.start_fusion(round, now)
+        return PendingFusion(job, [r for r in before if not r.fresh])
 
-    def after_training(self, round: int, *, train: bool, evaluate: bool) -> list[Outgoing]:
-        """The part of ``act`` after training: the evaluation when it is due after training, and
-        the encoded shares (none when the device did not take part)."""
-        algo = self.algorithm
-        if evaluate and self.evaluate_when == "after-training":
-            self.evaluate(round)
+    def finish_fusion(self, pending: PendingFusion | None) -> None:
+        """Once the fusion's arithmetic is done: count the fusion and the age of what it used."""
+        if pending is not None and pending.used:
+            self.fusions += 1
+            now = self.clock()
+            self.recorder.fused(r.age(now) for r in pending.used)
+
+    def share(self, round: int, *, train: bool) -> list[Outgoing]:
+        """The encoded shares of a device that took part in the round (none otherwise)."""
         if not train:
             return []
+        algo = self.algorithm
         self.actions += 1
         now = self.clock()
         split = self.split_parts or algo.parts_always
@@ -108,9 +128,11 @@ class DeviceLoop:
                          to=p.meta.get("to"))
                 for p in payloads if p is not None]
 
-    def evaluate(self, round: int) -> Evaluation:
-        """Evaluate the model the device holds now, recorded under ``round`` (or interval)."""
-        evaluation = self.algorithm.evaluate()
+    def evaluate(self, round: int, evaluation: Evaluation | None = None) -> Evaluation:
+        """Record the evaluation of the model the device holds now under ``round`` (or
+        interval): ``evaluation`` when the runtime computed it with other devices', else here."""
+        if evaluation is None:
+            evaluation = self.algorithm.evaluate()
         self.recorder.evaluated(self.device, round, self.clock(), evaluation)
         ctx = self.algorithm.ctx
         if ctx.generalization_data is not None:   # evaluation.generalization: the others' test data
@@ -131,14 +153,26 @@ def act_together(loops: Sequence[DeviceLoop], round: int, *, train: Sequence[boo
                  batched: bool = True) -> list[list[Outgoing]]:
     """``act`` for devices that act at the same instant, returning each one's shares.
 
-    Each device does its part before training; then the devices whose method offers a plain
-    ``training_job`` train as one batched computation per architecture (``train_jobs``) when
-    ``batched``, the others through their own ``train``; then each does its part after training.
-    A device's round touches only its own state, so this equals acting one device after the other
-    (exactly with ``batched`` False; to float rounding of the batched training otherwise)."""
-    for loop in loops:
-        loop.before_training(round, evaluate=evaluate)
-    jobs: list[TrainingJob] = []
+    When ``batched``, the arithmetic of every device's fusion runs in one go (``run_fusion_jobs``),
+    the devices whose method offers a plain ``training_job`` train as one batched computation per
+    architecture (``train_jobs``), the others through their own ``train``, and the evaluations run
+    together (``evaluate_together``). A device's round touches only its own state, so this equals
+    acting one device after the other (exactly with ``batched`` False; to float rounding
+    otherwise)."""
+    pending = [loop.start_fusion(round) for loop in loops]
+    jobs = [p.job for p in pending if p is not None and p.job is not None]
+    if batched:
+        run_fusion_jobs(jobs)
+    else:
+        for job in jobs:
+            job.run()
+    for loop, fusion in zip(loops, pending, strict=True):
+        loop.finish_fusion(fusion)
+    when = {loop.evaluate_when for loop in loops}
+    if evaluate and "after-fusion" in when:
+        evaluate_together([loop for loop in loops if loop.evaluate_when == "after-fusion"], round,
+                          batched=batched)
+    training: list[TrainingJob] = []
     for loop, takes_part in zip(loops, train, strict=True):
         if not takes_part:
             continue
@@ -146,7 +180,22 @@ def act_together(loops: Sequence[DeviceLoop], round: int, *, train: Sequence[boo
         if job is None:
             loop.algorithm.train(round)
         else:
-            jobs.append(job)
-    train_jobs(jobs)
-    return [loop.after_training(round, train=takes_part, evaluate=evaluate)
-            for loop, takes_part in zip(loops, train, strict=True)]
+            training.append(job)
+    train_jobs(training)
+    if evaluate and "after-training" in when:
+        evaluate_together([loop for loop in loops if loop.evaluate_when == "after-training"], round,
+                          batched=batched)
+    return [loop.share(round, train=takes_part) for loop, takes_part in zip(loops, train, strict=True)]
+
+
+def evaluate_together(loops: Sequence[DeviceLoop], round: int, *, batched: bool = True) -> None:
+    """Every device's evaluation at one instant: the models they would use, scored together
+    (``evaluate_many``) when ``batched``."""
+    scored = [(loop, loop.algorithm.scored_model() if batched else None) for loop in loops]
+    together = [(loop, model) for loop, model in scored if model is not None]
+    ctxs = [loop.algorithm.ctx for loop, _ in together]
+    evaluations = evaluate_many([model for _, model in together], [c.x_test for c in ctxs],
+                                [c.y_test for c in ctxs])
+    done = {id(loop): evaluation for (loop, _), evaluation in zip(together, evaluations, strict=True)}
+    for loop in loops:
+        loop.evaluate(round, done.get(id(loop)))

@@ -5,20 +5,24 @@ arrive; this module pushes them through a real inproc PUSH/PULL pair and hands w
 the receiving device's ``Intake`` (``p2pfed.device``), the same intake a real peer uses, so a bad
 message is caught exactly where a real peer would catch it.
 
-Two things keep the cost of a message flat in the number of devices and receivers:
+Three things keep the cost of a message flat in the number of devices and receivers:
 
 - one routed socket pair (:class:`~p2pfed.transport.inproc.RoutedInprocNetwork`) carries every
   device's frames, so 10,000 devices never meet ZeroMQ's limit of 1,023 sockets per context;
-- a message broadcast to k neighbours is decoded once: when the bytes that came out of the socket
-  equal the sender's bytes, the receivers share one decoded, read-only copy (views into the
-  sender's buffer), so memory grows with messages, not with messages x receivers. Every other
-  intake check, the algorithm's own shape check included, still runs for each receiver.
+- a broadcast passes through the sockets once for all its receivers (``carry`` with every
+  destination), then waits on each simulated link until its last byte arrives there;
+- an encoded message travels as one :class:`Frame` object on every link it takes, decoded at
+  most once, and what methods derive from it (``Frame.memo``, e.g. FedSub's dense subnetwork
+  copy) is kept with it: memory grows with messages, not with messages x receivers, and nothing
+  has to guess how long to keep a decoded copy (the frame goes when its last link has delivered
+  it). Every other intake check, the method's own shape check included, runs for each receiver.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device import Intake, IntakeRules
@@ -26,66 +30,67 @@ from p2pfed.results.recorder import Recorder
 from p2pfed.transport import CodecError, Message, decode
 from p2pfed.transport.inproc import RoutedInprocNetwork
 
-DECODED_KEPT = 128   # recent broadcasts whose decoded copy is kept for their next receivers
 
+@dataclass(eq=False)
+class Frame:
+    """One encoded message, shared by every link it travels on. ``message`` decodes it the first
+    time a receiver asks (read-only arrays, views into ``data``); a frame that does not decode
+    is refused by each receiver's own intake."""
 
-class SharedDecoder:
-    """One decoded copy per sent buffer, for all the receivers of a broadcast.
+    data: bytes
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    _decoded: Message | None = field(default=None, repr=False)
+    _tried: bool = field(default=False, repr=False)
 
-    Keyed by the identity of the sender's ``bytes`` object (the runtimes queue the same object on
-    every link of a broadcast); an entry keeps that object alive, so the identity cannot be
-    reused while it is cached. Used only for bytes that arrived equal to what was sent; a message
-    that does not decode is not cached (each receiver's intake refuses it itself).
-    """
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
-    def __init__(self, max_bytes: int, kept: int = DECODED_KEPT) -> None:
-        self.max_bytes = max_bytes
-        self.kept = kept
-        self._entries: OrderedDict[int, tuple[bytes, Message]] = OrderedDict()
-        self.decoded = 0   # decodes done here
-        self.shared = 0    # receivers served from an earlier decode
-
-    def get(self, sent: bytes, arrived: bytes) -> Message | None:
-        """The decoded message if ``arrived`` is byte-for-byte ``sent`` and decodes, else None."""
-        if arrived != sent:
-            return None
-        entry = self._entries.get(id(sent))
-        if entry is not None and entry[0] is sent:
-            self._entries.move_to_end(id(sent))
-            self.shared += 1
-            return entry[1]
-        try:
-            msg = decode(sent, max_bytes=self.max_bytes)
-        except CodecError:
-            return None
-        self.decoded += 1
-        self._entries[id(sent)] = (sent, msg)
-        while len(self._entries) > self.kept:
-            self._entries.popitem(last=False)
-        return msg
-
-    def clear(self) -> None:
-        self._entries.clear()
+    def message(self, max_bytes: int) -> Message | None:
+        if not self._tried:
+            self._tried = True
+            try:
+                self._decoded = decode(self.data, max_bytes=max_bytes)
+            except CodecError:
+                self._decoded = None
+        return self._decoded
 
 
 class Delivery:
-    """Carry encoded messages to the devices' intakes (one per device, built here)."""
+    """Carry encoded frames to the devices' intakes (one per device, built here)."""
 
     def __init__(self, algorithms: Sequence[Algorithm], recorder: Recorder, rules: IntakeRules) -> None:
         self.intakes = [Intake(i, algo, recorder, rules) for i, algo in enumerate(algorithms)]
         self.network = RoutedInprocNetwork(len(algorithms), rules.max_message_bytes)
-        self.decoder = SharedDecoder(rules.max_message_bytes)
+        self.max_bytes = rules.max_message_bytes
+        self.decoded = 0   # frames decoded (once each, whatever their number of receivers)
 
-    def deliver(self, src: int, dst: int, data: bytes, now: float, round: int) -> Received | None:
-        """The item cached by ``dst``, or None if it was dropped (``round``: the round, or
-        evaluation interval, a drop is counted in)."""
-        raw = self.network.carry(dst, data)
+    def carry(self, frame: Frame, destinations: Sequence[int]) -> Frame | None:
+        """Push ``frame`` through the sockets once for all ``destinations``; the frame they will
+        take — the same object when the bytes came out unchanged, so its decode is shared — or
+        None if the sockets refused it."""
+        raw = self.network.broadcast(destinations, frame.data)
         if raw is None:
+            return None
+        return frame if raw == frame.data else Frame(raw)
+
+    def take(self, src: int, dst: int, frame: Frame | None, now: float, round: int) -> Received | None:
+        """``dst``'s intake takes a carried frame from the link with ``src``; the item it cached,
+        or None if it was dropped (``round``: the round, or evaluation interval, a drop is
+        counted in). A None frame is one the sockets refused."""
+        if frame is None:
             self.intakes[dst].refuse(src, round, "transport", "mailbox did not receive the frame")
             return None
-        return self.intakes[dst].take(raw, link=src, now=now, round=round,
-                                      decoded=self.decoder.get(data, raw))
+        tried = frame._tried
+        msg = frame.message(self.max_bytes)
+        self.decoded += not tried and msg is not None
+        return self.intakes[dst].take(frame.data, link=src, now=now, round=round, decoded=msg,
+                                      memo=frame.memo)
+
+    def deliver(self, src: int, dst: int, frame: Frame | bytes, now: float, round: int) -> Received | None:
+        """One link's transfer, through the sockets and into ``dst``'s intake at once."""
+        frame = frame if isinstance(frame, Frame) else Frame(frame)
+        return self.take(src, dst, self.carry(frame, [dst]), now, round)
 
     def close(self) -> None:
-        self.decoder.clear()
         self.network.close()

@@ -24,9 +24,9 @@ import numpy as np
 import simpy
 
 from p2pfed.algorithms import Algorithm, Received
-from p2pfed.device import DeviceLoop, IntakeRules, encode_share
+from p2pfed.device import DeviceLoop, IntakeRules, encode_share, evaluate_together
 from p2pfed.engine.contacts import Contact, ContactPlan
-from p2pfed.engine.delivery import Delivery
+from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
 
 SEND_POLICIES = ("smallest-first", "largest-first", "whole")
@@ -58,7 +58,7 @@ class Offer:
     part: str
     round: int
     sent_at: float
-    data: bytes
+    frame: Frame                       # encoded once, decoded once for all who receive it
     to: int | None = None              # the one peer this part is addressed to (None: any)
 
     @property
@@ -74,7 +74,7 @@ class Offer:
 class Carried:
     item: Received
     part: str
-    data: bytes | None = None          # encoded lazily, once per carrier
+    frame: Frame | None = None         # encoded lazily, once per carrier
 
 
 @dataclass
@@ -141,7 +141,7 @@ class OpportunisticSimulation:
 
     def _step(self, i: int) -> None:
         loop = self.loops[i]
-        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, out.data, out.to)
+        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, Frame(out.data), out.to)
                              for out in loop.act(loop.actions)]
         self._pulse(self.news, i)
 
@@ -158,8 +158,7 @@ class OpportunisticSimulation:
         while True:
             t = min(t, end)
             yield self.env.timeout(t - self.env.now)
-            for loop in self.loops:
-                loop.evaluate(index)
+            evaluate_together(self.loops, index)
             index += 1
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
@@ -198,7 +197,7 @@ class OpportunisticSimulation:
                   and have.get(o.key, (-1, -1.0)) < o.version
                   and (ttl is None or now - o.sent_at <= ttl)]
         sign = -1 if self.schedule.send_policy == "largest-first" else 1
-        return sorted(offers, key=lambda o: (sign * len(o.data), o.origin != src, o.origin, o.part))
+        return sorted(offers, key=lambda o: (sign * o.frame.size, o.origin != src, o.origin, o.part))
 
     def _live_carried(self, src: int) -> list[Carried]:
         """Carried items, after dropping those past the TTL (they free buffer room)."""
@@ -209,11 +208,11 @@ class OpportunisticSimulation:
         return list(carried.values())
 
     def _carried_offer(self, src: int, c: Carried) -> Offer:
-        if c.data is None:
-            c.data = encode_share(self.algorithms[src].message_kind, src, c.item.round, c.item.sent_at,
-                                  c.item.payload, self.max_message_bytes,
-                                  relay={"origin": c.item.sender, "hops": c.item.hops + 1})
-        return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.data)
+        if c.frame is None:
+            c.frame = Frame(encode_share(self.algorithms[src].message_kind, src, c.item.round,
+                                         c.item.sent_at, c.item.payload, self.max_message_bytes,
+                                         relay={"origin": c.item.sender, "hops": c.item.hops + 1}))
+        return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
 
     def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event):
         """One direction of one contact: transfers one after the other until the contact ends."""
@@ -228,7 +227,7 @@ class OpportunisticSimulation:
             yield from self._transfer(src, dst, offers[0], contact, end)
 
     def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact, end: simpy.Event):
-        size = len(offer.data)
+        size = offer.frame.size
         needed = 8.0 * size / contact.bandwidth_bps + contact.latency_s
         started = float(self.env.now)
         self.recorder.transfer_started(src)
@@ -248,7 +247,7 @@ class OpportunisticSimulation:
         if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
             self.recorder.lost(src, dst, size, interval)
             return
-        item = self.delivery.deliver(src, dst, offer.data, float(self.env.now), interval)
+        item = self.delivery.deliver(src, dst, offer.frame, float(self.env.now), interval)
         if item is not None:
             self._carry(dst, item)
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from p2pfed.algorithms import Algorithm
@@ -30,6 +29,7 @@ from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build
                                   load_scenario_dataset)
 from p2pfed.scenario.loader import LoadedScenario, dump
 from p2pfed.scenario.randomness import int_seed, stream
+from p2pfed.scenario.threads import apply_torch_threads
 
 CHECKPOINT_KIND = "simulation"
 
@@ -51,7 +51,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     With ``checkpointing``, a synchronous run resumes from its checkpoint file if there is one,
     writes it every ``every`` rounds, and returns None if it stopped before the last round."""
     sc = loaded.scenario
-    torch.set_num_threads(sc.engine.torch_threads)
+    apply_torch_threads(sc.engine.torch_threads)
     resolve_device(sc.engine.device, loaded.source)
     wall_start = time.perf_counter()
     dataset = load_scenario_dataset(loaded)

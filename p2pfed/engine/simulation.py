@@ -4,9 +4,10 @@ latency + size/bandwidth.
 Simulated time is separate from wall time: a round takes ``round_period_s`` simulated seconds
 however long the arithmetic takes. At the start of each round every device acts through its
 ``DeviceLoop`` (fuse → train → evaluate → share), all of them in one step (``act_together``),
-so that the devices whose methods train plainly train as one batched computation; each share is encoded once and queued on a
-first-in-first-out link per direction of each edge, then pushed through a real ZeroMQ inproc
-socket into the receiver's intake. Byte counts are real encoded sizes, and a bad message is
+so that the devices whose methods train plainly train as one batched computation; each share is
+encoded once, pushed through a real ZeroMQ inproc socket once for all its receivers, and queued
+on a first-in-first-out link per direction of each edge; when its last byte has crossed a link
+it goes into that receiver's intake. Byte counts are real encoded sizes, and a bad message is
 caught exactly where a real peer would catch it.
 
 A run can stop at any round boundary and continue later from ``state_dict`` — devices, links,
@@ -29,7 +30,7 @@ import torch
 from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
-from p2pfed.engine.delivery import Delivery
+from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
 
 log = logging.getLogger("p2pfed.engine")
@@ -49,11 +50,14 @@ class RoundSchedule:
 
 @dataclass
 class Transfer:
-    """One message on one link direction: when its last byte leaves and when it arrives."""
+    """One message on one link direction: when its last byte leaves and when it arrives.
+    ``frame`` is what came out of the sockets (None: they refused it), shared by the broadcast's
+    links; ``data`` is what was sent."""
 
     src: int
     dst: int
     data: bytes
+    frame: Frame | None
     round: int
     done_at: float
     arrive_at: float
@@ -121,34 +125,44 @@ class Simulation:
         return self._active[1]
 
     def _broadcast(self, src: int, out: Outgoing, now: float) -> None:
-        """Queue one encoded share on the link to every neighbour, or to the one it is addressed
-        to (first in, first out)."""
+        """Carry one encoded share through the sockets once, and queue it on the link to every
+        neighbour, or to the one it is addressed to (first in, first out)."""
         size = len(out.data)
-        for dst in self.neighbours[src]:
-            if out.to is not None and dst != out.to:
-                continue
+        destinations = [d for d in self.neighbours[src] if out.to is None or d == out.to]
+        if not destinations:
+            return
+        frame = self.delivery.carry(Frame(out.data), destinations)
+        edges = self.graph[src]
+        for dst in destinations:
             self.recorder.sent(src, size, out.round)
             self.recorder.transfer_started(src)
-            edge = self.graph.edges[src, dst]
+            edge = edges[dst]
             start = max(now, self.free_at.get((src, dst), now))
             done = start + 8.0 * size / edge["bandwidth_bps"]
             self.free_at[src, dst] = done
-            self._launch(Transfer(src, dst, out.data, out.round, done, done + edge["latency_s"]))
+            self._launch(Transfer(src, dst, out.data, frame, out.round, done, done + edge["latency_s"]))
 
     def _launch(self, transfer: Transfer) -> None:
+        """Two timed callbacks per transfer: its last byte leaves, then it arrives."""
         key = self._transfer_ids
         self._transfer_ids += 1
         self.in_flight[key] = transfer
-        self.env.process(self._carry(key, transfer))
+        if transfer.completed:
+            self._at(transfer.arrive_at, lambda _: self._arrive(key, transfer))
+        else:
+            self._at(transfer.done_at, lambda _: self._complete(key, transfer))
 
-    def _carry(self, key: int, t: Transfer):
-        if not t.completed:
-            yield self.env.timeout(t.done_at - self.env.now)
-            t.completed = True
-            self.recorder.transfer_completed(t.src)
-        yield self.env.timeout(t.arrive_at - self.env.now)
+    def _at(self, when: float, callback: Callable[[simpy.Event], None]) -> None:
+        self.env.timeout(when - self.env.now).callbacks.append(callback)
+
+    def _complete(self, key: int, t: Transfer) -> None:
+        t.completed = True
+        self.recorder.transfer_completed(t.src)
+        self._at(t.arrive_at, lambda _: self._arrive(key, t))
+
+    def _arrive(self, key: int, t: Transfer) -> None:
         del self.in_flight[key]
-        self.delivery.deliver(t.src, t.dst, t.data, float(self.env.now), t.round)
+        self.delivery.take(t.src, t.dst, t.frame, float(self.env.now), t.round)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self, until_round: int | None = None) -> float:
@@ -181,7 +195,7 @@ class Simulation:
             "rng": json.dumps(self.rng.bit_generator.state),
             "free_at": [[s, d, t] for (s, d), t in sorted(self.free_at.items())],
             "in_flight": [{"src": t.src, "dst": t.dst, "round": t.round, "done_at": t.done_at,
-                           "arrive_at": t.arrive_at, "completed": t.completed,
+                           "arrive_at": t.arrive_at, "completed": t.completed, "refused": t.frame is None,
                            "data": torch.frombuffer(bytearray(t.data), dtype=torch.uint8)}
                           for _, t in sorted(self.in_flight.items())],
         }
@@ -199,5 +213,7 @@ class Simulation:
         self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
         self.in_flight.clear()
         for t in state["in_flight"]:
-            self._launch(Transfer(t["src"], t["dst"], t["data"].numpy().tobytes(), t["round"],
+            data = t["data"].numpy().tobytes()
+            frame = None if t.get("refused") else Frame(data)
+            self._launch(Transfer(t["src"], t["dst"], data, frame, t["round"],
                                   t["done_at"], t["arrive_at"], t["completed"]))

@@ -5,10 +5,10 @@ one model at a time, the cost is mostly per-step overhead (optimiser, autograd, 
 arithmetic. Here the models that share an architecture and a training configuration are stacked
 along a leading device dimension and trained together: one forward, one backward and one
 parameter update per step for the whole group, the model's own forward run over the stacked
-parameters by ``torch.func.functional_call`` under ``torch.vmap``. Writing the MLP out as grouped
-matmuls (``torch.baddbmm``) measured at most ~10 % faster on CPU, often less than the run-to-run
-noise (``bench/batched_training_bench.py``; a forward+backward micro-benchmark of the two was
-even), so the library path stays.
+parameters. The project's MLP runs its forward as grouped matmuls (``torch.baddbmm``): with both
+cores busy (``engine.torch_threads: auto``) that trains the quickstart's 36 devices ~1.25x faster
+than the library path, ``torch.func.functional_call`` under ``torch.vmap``, which stays for any
+other module and as the reference a test compares against (``bench/batched_training_bench.py``).
 
 The result equals ``train_epochs`` run on each device in turn (to float rounding; a test compares
 them): each device's shuffling order is drawn from its own generator, in the same order the loop
@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from p2pfed.learning.mlp_backprop import mlp_sgd_step
+from p2pfed.learning.model import MLP
 from p2pfed.learning.training import TrainingConfig, train_epochs
 
 
@@ -90,9 +92,33 @@ def vmap_forward(template: nn.Module) -> StackedForward:
     return torch.vmap(lambda params, x: functional_call(template, params, (x,)))
 
 
-def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], StackedForward] = vmap_forward
+def mlp_forward(template: MLP) -> StackedForward:
+    """``MLP.forward`` without unit gates over stacked parameters, as grouped matmuls."""
+    layers = len(template.layers)
+
+    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i in range(layers):
+            h = torch.baddbmm(params[f"layers.{i}.bias"].unsqueeze(1), h,
+                              params[f"layers.{i}.weight"].transpose(1, 2))
+            if i < layers - 1:
+                h = torch.relu(h)
+        return h
+    return forward
+
+
+def stacked_forward(template: nn.Module) -> StackedForward:
+    """Grouped matmuls for a plain MLP, ``vmap_forward`` for anything else."""
+    if type(template) is MLP and template.gates is None:
+        return mlp_forward(template)
+    return vmap_forward(template)
+
+
+def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], StackedForward] | None = None
                 ) -> list[float]:
-    """Train same-architecture, same-configuration jobs (all with data) as one batch."""
+    """Train same-architecture, same-configuration jobs (all with data) as one batch: a plain
+    MLP with its backward pass written out (``mlp_backprop``), anything else — or any model
+    when ``forward`` is given — by autograd through ``forward`` (default ``stacked_forward``)."""
     config, epochs = jobs[0].config, jobs[0].num_epochs
     bs = config.batch_size
     sizes = [int(j.x.shape[0]) for j in jobs]
@@ -107,8 +133,9 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
     with torch.no_grad():
         stacked = {n: torch.stack([params[k] for params in own]) for k, n in enumerate(names)}
+    written_out = forward is None and type(template) is MLP and template.gates is None
     for p in stacked.values():
-        p.requires_grad_(True)
+        p.requires_grad_(not written_out)
     momentum = ({n: torch.zeros_like(p) for n, p in stacked.items()} if config.momentum != 0 else None)
 
     x_all = torch.cat([j.x for j in jobs])
@@ -119,7 +146,8 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     active_at = [sum(1 for s in steps if s > t) for t in range(steps[0])]
     shuffle = _Shuffler(jobs, sizes, width)
 
-    batched_forward = forward(template)
+    batched_forward = (forward or stacked_forward)(template)
+    plain_sgd = config.momentum == 0 and config.weight_decay == 0
     for j in jobs:
         j.model.train()
     losses = torch.full((epochs * steps[0], d), float("nan"), dtype=torch.float64)
@@ -131,13 +159,20 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             cols = slice(t * bs, (t + 1) * bs)
             idx, mask = index[:k, cols], valid[:k, cols].to(x_all.dtype)
             params = {n: p[:k] for n, p in stacked.items()}
-            logits = batched_forward(params, x_all[idx])
-            per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
-            per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
-            grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
-            with torch.no_grad():
-                _sgd_step(params, dict(zip(names, grads, strict=True)), config,
-                          None if momentum is None else {n: b[:k] for n, b in momentum.items()})
+            buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
+            if written_out:
+                update = None if plain_sgd else (
+                    lambda n, p, g, buffers=buffers: _sgd_step({n: p}, {n: g}, config,
+                                                               None if buffers is None else {n: buffers[n]}))
+                per_device = mlp_sgd_step(params, len(template.layers), x_all[idx], y_all[idx], mask,
+                                          config, update)
+            else:
+                logits = batched_forward(params, x_all[idx])
+                per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
+                per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
+                grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+                with torch.no_grad():
+                    _sgd_step(params, dict(zip(names, grads, strict=True)), config, buffers)
             losses[row, :k] = per_device.detach().to(torch.float64)
             row += 1
     with torch.no_grad():

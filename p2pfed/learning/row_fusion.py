@@ -4,17 +4,20 @@ A class subnetwork keeps or drops whole units, so every parameter mask of
 ``p2pfed.learning.fusion`` is a unit mask repeated along the rows of a layer's weight and bias.
 Working on the unit masks directly, each fusion rule becomes a weight per (member, row), the
 class updates sum into one (member, row) weight matrix per layer, and a layer's new rows are one
-weighted sum over the members' rows: no parameter-sized masks, no per-class stacks. The
-parameter-level functions in ``fusion.py`` stay the reference a test compares this against.
+weighted sum over the members' rows (a ``FusionJob`` of ``batched_fusion``): no parameter-sized
+masks, no per-class stacks. The parameter-level functions in ``fusion.py`` stay the reference a
+test compares this against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from p2pfed.learning.batched_fusion import FusionJob, Source
 
 Params = dict[str, torch.Tensor]
 
@@ -22,7 +25,7 @@ Params = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class ClassCluster:
     """One class's fusion input: which members take part (indices into the member list given to
-    ``fuse_rows``), each member's unit mask per layer for this class, and its reliability score."""
+    ``row_fusion_job``), each member's unit mask per layer for this class, and its reliability score."""
 
     members: list[int]
     units: list[Sequence[np.ndarray]]   # per member: one boolean unit mask per layer
@@ -81,26 +84,21 @@ def member_row_weights(rule: str, clusters: Sequence[ClassCluster], num_members:
     return total / np.where(hit, count, 1.0), hit
 
 
-def fuse_rows(own: Params, members: Sequence[Params], clusters: Sequence[ClassCluster], rule: str,
-              num_layers: int) -> Params:
-    """The device's parameters after fusing every class cluster: rows no cluster holds keep
-    ``own``'s values; the others become the weighted sum of the members' rows (float64, then the
-    parameter's own dtype). Parameters that are not ``layers.{i}.weight/bias`` are kept."""
-    new = dict(own)
+def row_fusion_job(targets: Params, members: Sequence[Mapping[str, Source]],
+                   clusters: Sequence[ClassCluster], rule: str, num_layers: int) -> FusionJob | None:
+    """The device's fusion of every class cluster into ``targets`` (its ``layers.{i}.weight/bias``):
+    rows some cluster holds become the weighted sum of the members' rows, the others keep the
+    targets' values (the targets join as the last member, weight 1 on those rows); None when no
+    cluster holds a row."""
     if not clusters:
-        return new
-    sizes = [own[f"layers.{i}.bias"].shape[0] for i in range(num_layers)]
+        return None
+    sizes = [targets[f"layers.{i}.bias"].shape[0] for i in range(num_layers)]
     all_weights, all_hit = member_row_weights(rule, clusters, len(members), sum(sizes))
+    coef: dict[str, np.ndarray] = {}
     for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes))):
-        weights, hit = all_weights[:, a:b], all_hit[a:b]
+        hit = all_hit[a:b]
         if not hit.any():
             continue
-        coef = torch.from_numpy(np.ascontiguousarray(weights))
-        hit_t = torch.from_numpy(np.ascontiguousarray(hit))
-        for name in (f"layers.{i}.weight", f"layers.{i}.bias"):
-            shape = (-1, *([1] * (own[name].dim() - 1)))   # a row's weight against its whole row
-            fused = torch.zeros(own[name].shape, dtype=torch.float64)
-            for m in np.flatnonzero(weights.any(axis=1)):
-                fused.addcmul_(coef[m].view(shape), members[m][name])   # float64 accumulator
-            new[name] = torch.where(hit_t.view(shape), fused, own[name].to(torch.float64)).to(own[name].dtype)
-    return new
+        layer = np.vstack([all_weights[:, a:b], (~hit)[None].astype(np.float64)])
+        coef[f"layers.{i}.weight"] = coef[f"layers.{i}.bias"] = layer
+    return FusionJob(targets, [*members, targets], coef) if coef else None

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 import zmq
 
 from p2pfed.algorithms import Received
@@ -41,6 +40,7 @@ from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
 from p2pfed.scenario.loader import ScenarioError, dump, launch_problems, load_scenario
 from p2pfed.scenario.randomness import int_seed
+from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Mailbox, Outbox, Rejected
 
 log = logging.getLogger("p2pfed.peer")
@@ -109,7 +109,7 @@ class Peer:
         self.sent_frames = SentFrames()
         self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
-        torch.set_num_threads(sc.engine.torch_threads)
+        apply_torch_threads(sc.engine.torch_threads, peer=True)
         self._open_sockets(loaded_config)
 
     # -- sockets -----------------------------------------------------------------------------

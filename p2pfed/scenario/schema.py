@@ -143,12 +143,20 @@ class EngineSection(Section):
     round_period_s: float = Field(30.0, gt=0)
     participation: float = Field(1.0, gt=0, le=1)
     max_message_bytes: int = Field(64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
-    torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
+    # "auto": every core in a simulation, one per real peer or sweep worker (scenario/threads.py)
+    torch_threads: int | Literal["auto"] = "auto"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     max_memory_gib: float | None = Field(None, gt=0)
     # A synchronous round trains the devices whose methods train plainly as one batched
     # computation (equal to one at a time to float rounding); false: one model at a time.
     batched_training: bool = True
+
+    @field_validator("torch_threads")
+    @classmethod
+    def _thread_count(cls, v: int | str) -> int | str:
+        if v != "auto" and not 1 <= v <= MAX_TORCH_THREADS:
+            raise ValueError(f"must be 'auto' or a number of threads in 1..{MAX_TORCH_THREADS}")
+        return v
 
 
 class DynamicSection(Section):

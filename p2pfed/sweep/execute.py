@@ -26,15 +26,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from p2pfed.sweep import store
 from p2pfed.sweep.cells import CellSpec, cell_id, resolve
+from p2pfed.scenario.threads import WORKER_THREADS_ENV, machine_cores
 from p2pfed.sweep.spec import SweepError
-
-
-def machine_cores() -> int:
-    """Cores this process may use (the default number of local workers)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class OneTorchThread(WorkerPlugin):
@@ -44,6 +37,7 @@ class OneTorchThread(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         import torch
+        os.environ[WORKER_THREADS_ENV] = "1"   # engine.torch_threads: auto then means one here
         torch.set_num_threads(1)
 
 

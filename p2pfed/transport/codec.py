@@ -17,6 +17,7 @@ passed to :func:`decode`, the caller must not mutate it while the arrays live.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -141,6 +142,12 @@ def _check_name(name: Any) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, which numpy computes anew (microseconds) on every access."""
+    return dtype.name
+
+
 def _check_dtype(name: str, dtype: Any) -> np.dtype:
     if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
         raise CodecError("bad-dtype", f"tensor {name!r}: dtype {dtype!r:.40} not in {sorted(ALLOWED_DTYPES)}")
@@ -186,12 +193,13 @@ def _prepare(msg: Message, max_bytes: int, require_finite: bool) -> tuple[bytes,
         _check_name(name)
         if not isinstance(array, np.ndarray):
             raise CodecError("bad-dtype", f"tensor {name!r} is {type(array).__name__}, expected numpy.ndarray")
-        dtype = _check_dtype(name, array.dtype.name)
+        dtype_name = _dtype_name(array.dtype)
+        dtype = _check_dtype(name, dtype_name)
         shape, nbytes = _check_shape(name, list(array.shape), dtype.itemsize, max_bytes)
         if require_finite:
             _check_finite(name, array)
         buffers.append(np.ascontiguousarray(array, dtype=dtype))
-        specs.append({"name": name, "dtype": array.dtype.name, "shape": list(shape)})
+        specs.append({"name": name, "dtype": dtype_name, "shape": list(shape)})
         payload += nbytes
     header = {"kind": kind, "sender": sender, "round": round_, "sent_at": sent_at, "meta": msg.meta, "tensors": specs}
     header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")

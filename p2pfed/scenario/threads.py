@@ -1,0 +1,42 @@
+"""How many threads PyTorch uses: ``engine.torch_threads`` resolved for the process at hand.
+
+A synchronous round trains every device as one batched computation, large enough to keep every
+core busy, so a simulation uses all the cores it may (``auto``). A process that shares the
+machine with others of its kind gets one thread instead: a sweep worker (one cell per core; the
+worker sets ``WORKER_THREADS_ENV``) and a real peer (``p2pfed launch`` starts many on one
+machine). Results do not depend on the thread count (PyTorch's CPU matrix products split work
+over output blocks, not over the sums), which a test checks.
+"""
+
+from __future__ import annotations
+
+import os
+
+WORKER_THREADS_ENV = "P2PFED_TORCH_THREADS"   # set by a process that runs beside others like it
+
+
+def machine_cores() -> int:
+    """Cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def torch_threads(setting: int | str, *, peer: bool = False) -> int:
+    """The thread count for ``engine.torch_threads`` (an int, or ``"auto"``)."""
+    if setting != "auto":
+        return int(setting)
+    if peer:
+        return 1
+    from_env = os.environ.get(WORKER_THREADS_ENV, "")
+    return int(from_env) if from_env.isdigit() and int(from_env) > 0 else machine_cores()
+
+
+def apply_torch_threads(setting: int | str, *, peer: bool = False) -> int:
+    """Set PyTorch's intra-op threads for ``setting``; returns the count."""
+    import torch
+
+    count = torch_threads(setting, peer=peer)
+    torch.set_num_threads(count)
+    return count

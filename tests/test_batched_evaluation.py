@@ -1,0 +1,43 @@
+"""Scoring many devices at once equals scoring each alone, and a thread count changes no result."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from p2pfed.engine.runner import run_scenario
+from p2pfed.learning.batched_evaluation import evaluate_many
+from p2pfed.learning.model import build_model
+from p2pfed.learning.training import evaluate
+from p2pfed.scenario.loader import load_scenario
+from tests.conftest import ROOT
+
+
+def test_evaluating_many_models_at_once_equals_one_at_a_time():
+    data = torch.Generator().manual_seed(0)
+    sizes = [17, 0, 1, 40, 23, 40, 5]
+    models = [build_model(6, 4, [8, 5], seed=i) for i in range(5)]
+    models += [build_model(6, 4, [8, 5], seed=9, unit_gates=True), build_model(6, 4, [3], seed=10)]
+    xs = [torch.randn(n, 6, generator=data) for n in sizes]
+    ys = [torch.randint(0, 4, (n,), generator=data) for n in sizes]
+    together = evaluate_many(models, xs, ys)
+    for model, x, y, got in zip(models, xs, ys, together, strict=True):
+        want = evaluate(model, x, y)
+        for field in ("f1_macro", "loss", "accuracy"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-7), field
+    assert math.isnan(together[1].f1_macro) and together[2].accuracy in (0.0, 1.0)
+
+
+def test_a_run_gives_the_same_numbers_with_one_thread_or_two(tmp_path):
+    """``engine.torch_threads: auto`` uses every core in a simulation and one in a sweep worker:
+    the numbers must not depend on it."""
+    files = []
+    for threads in (1, 2):
+        loaded = load_scenario(ROOT / "scenarios" / "synthetic-small.yaml",
+                               ["rounds=4", f"engine.torch_threads={threads}", "algorithm.name=gossip-avg"])
+        run_scenario(loaded, tmp_path / str(threads), progress=False)
+        files.append([(tmp_path / str(threads) / name).read_text() for name in ("rounds.csv", "devices.csv")])
+    assert files[0] == files[1]

@@ -1,0 +1,82 @@
+"""Fusing many devices at once equals fusing them one at a time, and the runtime really does it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from p2pfed.learning import batched_fusion
+from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs, weighted_mean_job
+from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job
+
+SHAPES = {"layers.0.weight": (9, 5), "layers.0.bias": (9,), "layers.1.weight": (4, 9), "layers.1.bias": (4,)}
+
+
+def _params(rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    return {n: torch.from_numpy(rng.normal(size=s).astype(np.float32)) for n, s in SHAPES.items()}
+
+
+def _broadcasts(rng, n):
+    """What every device sent, as the decoded read-only arrays all its receivers share."""
+    sent = []
+    for _ in range(n):
+        arrays = {k: v.numpy().copy() for k, v in _params(rng).items()}
+        for a in arrays.values():
+            a.flags.writeable = False
+        sent.append(arrays)
+    return sent
+
+
+def _averaging_jobs(devices, sent, neighbours, rng):
+    return [weighted_mean_job(devices[i], float(rng.integers(1, 50)),
+                              [(sent[j], float(rng.integers(0, 50))) for j in neighbours[i]])
+            for i in range(len(devices))]
+
+
+@pytest.mark.parametrize(("graph", "n", "dense"), [("complete", 12, True), ("ring", 12, True),
+                                                  ("ring", 100, False)])
+def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, monkeypatch):
+    neighbours = {i: [j for j in range(n) if j != i] if graph == "complete" else [(i - 1) % n, (i + 1) % n]
+                  for i in range(n)}
+    rng = np.random.default_rng(0)
+    start, sent = [_params(rng) for _ in range(n)], _broadcasts(rng, n)
+    alone = [{k: v.clone() for k, v in p.items()} for p in start]
+    together = [{k: v.clone() for k, v in p.items()} for p in start]
+    for job in _averaging_jobs(alone, sent, neighbours, np.random.default_rng(1)):
+        job.run()
+    products = []
+    real = batched_fusion._dense
+    monkeypatch.setattr(batched_fusion, "_dense", lambda name, jobs: products.append(len(jobs)) or real(name, jobs))
+    run_fusion_jobs(_averaging_jobs(together, sent, neighbours, np.random.default_rng(1)))
+    # one product per parameter where it pays; on a long ring (2 of 99 members each) it would do
+    # 17x the work needed, so the jobs run one at a time, exactly as alone
+    assert products == ([n] * len(SHAPES) if dense else [])
+    for a, b in zip(alone, together, strict=True):
+        for name in SHAPES:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-6)
+            if not dense:
+                assert torch.equal(b[name], a[name])
+
+
+def test_row_jobs_and_follow_up_work_run_one_at_a_time_after_the_values_are_in():
+    rng = np.random.default_rng(2)
+    own, members = _params(rng), [_params(rng) for _ in range(3)]
+    units = [[rng.random(9) < 0.5, rng.random(4) < 0.5] for _ in range(3)]
+    job = row_fusion_job(own, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", 2)
+    seen = []
+    job.then.append(lambda: seen.append(own["layers.0.weight"].clone()))
+    reference = {k: v.clone() for k, v in own.items()}
+    ref_job = row_fusion_job(reference, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", 2)
+    ref_job.run()
+    run_fusion_jobs([job])
+    assert torch.equal(own["layers.0.weight"], reference["layers.0.weight"])
+    assert len(seen) == 1 and torch.equal(seen[0], reference["layers.0.weight"])
+
+
+def test_a_zero_weight_member_is_never_read():
+    target = {"w": torch.ones(3)}
+    job = FusionJob(target, [target, {"w": np.array([np.nan] * 3, dtype=np.float32)}],
+                    {"w": np.array([1.0, 0.0])})
+    job.run()
+    assert torch.equal(target["w"], torch.ones(3))
