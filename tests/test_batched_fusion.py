@@ -62,7 +62,7 @@ def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, mo
 def test_row_jobs_and_follow_up_work_run_one_at_a_time_after_the_values_are_in():
     rng = np.random.default_rng(2)
     own, members = _params(rng), [_params(rng) for _ in range(3)]
-    units = [[rng.random(9) < 0.5, rng.random(4) < 0.5] for _ in range(3)]
+    units = rng.random((3, 9 + 4)) < 0.5
     job = row_fusion_job(own, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", 2)
     seen = []
     job.then.append(lambda: seen.append(own["layers.0.weight"].clone()))

@@ -27,7 +27,8 @@ def reference(own, members, clusters, rule, model):
     updates = []
     for cl in clusters:
         values = [members[m] for m in cl.members]
-        masks = [parameter_masks(model, u) for u in cl.units]
+        bounds = np.cumsum([layer.out_features for layer in model.layers])[:-1]
+        masks = [parameter_masks(model, np.split(row, bounds)) for row in cl.units]
         updates.append(FUSIONS[rule](values, masks, cl.scores))
     return combine_cluster_updates(own, updates)[0]
 
@@ -50,7 +51,7 @@ def test_row_fusion_equals_the_parameter_level_rules(seed, rule, num_members, nu
     for _ in range(num_classes):
         k = int(rng.integers(1, num_members + 1))
         chosen = sorted(rng.choice(num_members, size=k, replace=False).tolist())
-        units = [[rng.random(s) < 0.6 for s in sizes] for _ in chosen]
+        units = rng.random((k, sum(sizes))) < 0.6
         scores = [0.0] * k if zero_scores else rng.uniform(0, 5, size=k).round(1).tolist()
         clusters.append(ClassCluster(members=chosen, units=units, scores=scores))
     got = fuse_rows(own, members, clusters, rule, len(model.layers))

@@ -41,6 +41,7 @@ class; ``algorithm_stats`` reports both byte counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -108,7 +109,8 @@ class FedSubOptions(Options):
 
 @dataclass
 class Artifacts:
-    """One device's class-level artifacts, decoded into dense per-parameter form."""
+    """One device's class-level artifacts, decoded into dense per-parameter form. Never modified
+    once built: what a fusion reads from them per class is worked out once and kept."""
 
     classes: list[int]
     prototypes: np.ndarray | None       # (C, d); None when only the subnetwork part arrived
@@ -116,6 +118,20 @@ class Artifacts:
     values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
     units: dict[int, UnitMasks] | None      # class -> unit mask per layer
     requests: dict[int, list[int]] | None = None  # two-phase: peer -> classes it asks that peer for
+
+    @cached_property
+    def prototype_of(self) -> dict[int, np.ndarray]:
+        """Class -> its prototype (empty without a prototype part)."""
+        return {} if self.prototypes is None else dict(zip(self.classes, self.prototypes))
+
+    @cached_property
+    def score_of(self) -> dict[int, float]:
+        return dict(zip(self.classes, self.scores))
+
+    @cached_property
+    def unit_row(self) -> dict[int, np.ndarray]:
+        """Class -> its unit mask, every layer's units end to end (empty without subnetworks)."""
+        return {} if self.units is None else {c: np.concatenate(m) for c, m in self.units.items()}
 
 
 PARTS = ("whole", "prototypes", "subnetworks")
@@ -211,6 +227,7 @@ class FedSub(Algorithm):
         super().__init__(ctx, options)
         self.own: Artifacts | None = None
         self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
+        self._peers: dict[int, Artifacts] = {}   # per peer, its parts merged (see ``_merge_peer``)
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.clusterings.reserve(ctx.num_classes)
         self.last_k: dict[int, int] = {}
@@ -365,6 +382,7 @@ class FedSub(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.parsed.clear()
+        self._peers.clear()
         super().load_state_dict(state)
         own = state["own"]
         self.own = None if own is None else Artifacts(
@@ -418,42 +436,56 @@ class FedSub(Algorithm):
         if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
             self.cache[key] = item
             self.parsed[key] = parsed
+            self._merge_peer(item.sender)
+
+    def _merge_peer(self, sender: int) -> None:
+        """The peer's newest prototypes and newest subnetworks, from whichever parts hold them
+        (a peer known only by its subnetworks is not in the view: it cannot be clustered)."""
+        newest: dict[str, tuple[tuple, Artifacts]] = {}
+        for key in (sender, (sender, "prototypes"), (sender, "subnetworks")):
+            art = self.parsed.get(key)
+            if art is None:
+                continue
+            item = self.cache[key]
+            for field, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
+                old = newest.get(field)
+                if present and (old is None or (item.round, item.sent_at) > old[0]):
+                    newest[field] = ((item.round, item.sent_at), art)
+        if "prototypes" not in newest:
+            self._peers.pop(sender, None)
+            return
+        art, sub = newest["prototypes"][1], newest.get("values")
+        merged = art if sub is not None and sub[1] is art else Artifacts(
+            art.classes, art.prototypes, art.scores, sub[1].values if sub else None, sub[1].units if sub else None)
+        self._peers[sender] = merged
 
     @property
     def peers(self) -> dict[int, Artifacts]:
         """Per peer: the newest prototypes and the newest subnetworks, from whichever parts hold them."""
-        newest: dict[tuple[int, str], tuple[tuple, Artifacts]] = {}
-        for key, art in self.parsed.items():
-            item = self.cache[key]
-            sender = item.sender
-            for field, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
-                old = newest.get((sender, field))
-                if present and (old is None or (item.round, item.sent_at) > old[0]):
-                    newest[sender, field] = ((item.round, item.sent_at), art)
-        peers = {}
-        for (sender, field), (_, art) in newest.items():
-            if field == "prototypes":
-                sub = newest.get((sender, "values"))
-                peers[sender] = Artifacts(art.classes, art.prototypes, art.scores,
-                                          sub[1].values if sub else None, sub[1].units if sub else None)
-        return peers
+        return dict(self._peers)
 
     # -- the server's part, on the device (Alg. 2) -----------------------------------------
-    def _fusable(self, units: UnitMasks) -> UnitMasks:
+    def _fusable(self, rows: np.ndarray) -> np.ndarray:
+        """Unit masks (members × rows) with the layers past ``shared_layers`` cleared (partial depth)."""
         if self.options.depth == "full":
-            return units
-        return [u if i < self.options.shared_layers else np.zeros_like(u) for i, u in enumerate(units)]
+            return rows
+        shared = sum(layer.out_features for layer in self.ctx.model.layers[:self.options.shared_layers])
+        kept = rows.copy()
+        kept[:, shared:] = False
+        return kept
 
     def fusion_job(self, round: int, now: float) -> FusionJob | None:
         self.drop_stale(now, self.options.cache_max_age_s)
-        for key in [k for k in self.parsed if k not in self.cache]:
+        gone = [k for k in self.parsed if k not in self.cache]
+        for key in gone:
             del self.parsed[key]
-        peers = self.peers
-        if self.own is None or not peers:
+        for sender in {k[0] if isinstance(k, tuple) else k for k in gone}:
+            self._merge_peer(sender)
+        if self.own is None or not self._peers:
             return None
         me, o = self.ctx.device_id, self.options
-        view = {me: self.own, **peers}
-        held = {m: {c: a.prototypes[j] for j, c in enumerate(a.classes)} for m, a in view.items()}
+        view = {me: self.own, **self._peers}
+        held = {m: a.prototype_of for m, a in view.items()}
         predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
         model = self.ctx.model
         clusters: list[ClassCluster] = []
@@ -493,8 +525,8 @@ class FedSub(Algorithm):
                     position[m] = len(member_values)
                     member_values.append(view[m].values)
             clusters.append(ClassCluster(members=[position[m] for m in mates],
-                                         units=[self._fusable(view[m].units[c]) for m in mates],
-                                         scores=[view[m].scores[view[m].classes.index(c)] for m in mates]))
+                                         units=self._fusable(np.stack([view[m].unit_row[c] for m in mates])),
+                                         scores=[view[m].score_of[c] for m in mates]))
         self.requests = requests
         self.take_fresh()
         targets = {n: p.detach() for n, p in model.named_parameters()}

@@ -25,10 +25,10 @@ Params = dict[str, torch.Tensor]
 @dataclass(frozen=True)
 class ClassCluster:
     """One class's fusion input: which members take part (indices into the member list given to
-    ``row_fusion_job``), each member's unit mask per layer for this class, and its reliability score."""
+    ``row_fusion_job``), each member's unit mask for this class, and its reliability score."""
 
     members: list[int]
-    units: list[Sequence[np.ndarray]]   # per member: one boolean unit mask per layer
+    units: np.ndarray   # (members, rows) bool: each member's class mask, every layer's units end to end
     scores: list[float]
 
 
@@ -76,8 +76,7 @@ def member_row_weights(rule: str, clusters: Sequence[ClassCluster], num_members:
     total = np.zeros((num_members, rows), dtype=np.float64)
     count = np.zeros(rows, dtype=np.float64)
     for cluster in clusters:
-        units = np.stack([np.concatenate(u) for u in cluster.units]).astype(bool)
-        weights, held = row_weights(rule, units, cluster.scores)
+        weights, held = row_weights(rule, np.asarray(cluster.units, dtype=bool), cluster.scores)
         total[cluster.members] += weights   # a cluster names each member once
         count += held
     hit = count > 0
