@@ -18,6 +18,7 @@ from torch import nn
 from p2pfed.algorithms.base import DeviceContext, Options, register
 from p2pfed.algorithms.gossip_avg import GossipAvg
 from p2pfed.algorithms.state import model_state
+from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.regularisers import proximal_loss, snapshot
 from p2pfed.learning.training import train_epochs
 
@@ -38,11 +39,21 @@ class Ditto(GossipAvg):
         self.personal = copy.deepcopy(ctx.model)  # ctx.model is the global model, the one shared
 
     def train(self, round: int) -> None:
+        self._train_personal()
+        super().train(round)
+
+    def training_job(self, round: int) -> TrainingJob:
+        """The personal model trains here and now (its proximal term is its own); the global
+        model's plain training is the job a runtime may batch with other devices'. Its draws come
+        from the same stream after the personal model's, as in ``train``."""
+        self._train_personal()
+        return self.plain_training_job()
+
+    def _train_personal(self) -> None:
         ctx = self.ctx
         anchor = snapshot(ctx.model)
         train_epochs(self.personal, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
                      extra_loss=proximal_loss(anchor, self.options.lam))
-        super().train(round)
 
     def evaluated_model(self) -> nn.Module:
         return self.personal

@@ -25,9 +25,10 @@ from torch import nn
 from pydantic import Field
 
 from p2pfed.algorithms.base import Algorithm, DeviceContext, Options, Payload, expect_array, register
-from p2pfed.algorithms.model_payload import average_into, model_payload, model_tensors, sample_count
+from p2pfed.algorithms.model_payload import averaging_job, model_payload, model_tensors, sample_count
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.alignment import ALPLayer, AlignedMLP, kmeans_prototypes
+from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.training import train_epochs
 
 PROTOTYPES = "local_prototypes"   # the payload tensor with the sender's local prototypes
@@ -93,14 +94,16 @@ class FedAli(Algorithm):
         expect_array(payload, PROTOTYPES, tuple(self.alp.local_prototypes.shape),
                      check=lambda a: bool(np.isfinite(a).all()))
 
-    def fuse(self, round: int, now: float) -> None:
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        """The global prototypes now (k-means over the neighbourhood's local ones); the weights'
+        average as the job (batched with other devices' in synchronous rounds)."""
         fresh = self.take_fresh()
         if not fresh:
-            return
+            return None
         own = float(self.ctx.num_samples)
         counts = [float(sample_count(r.payload)) for r in fresh]
-        average_into(self.net, own, [(model_tensors(self.net, r.payload, self.weights), n)
-                                     for r, n in zip(fresh, counts)], self.weights)
+        job = averaging_job(self.net, own, [(model_tensors(self.net, r.payload, self.weights), n)
+                                            for r, n in zip(fresh, counts)], self.weights)
         sets = [self.alp.local_prototypes] + [
             torch.from_numpy(np.array(r.payload.tensors[PROTOTYPES], dtype=np.float32)) for r in fresh]
         new_global = kmeans_prototypes(sets, [own, *counts])
@@ -113,6 +116,7 @@ class FedAli(Algorithm):
                              "global_prototypes_distinct": float(torch.unique(new_global, dim=0).shape[0]),
                              "kmeans_points": float(len(sets) * self.alp.num_prototypes),
                              "kmeans_fusions": self.numbers.get("kmeans_fusions", 0.0) + 1})
+        return job
 
     def evaluated_model(self) -> nn.Module:
         return self.net

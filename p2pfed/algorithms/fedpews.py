@@ -77,29 +77,45 @@ def encode_subnetwork(model: MLP, units: UnitMasks) -> dict[str, np.ndarray]:
 
 def decode_subnetwork(model: MLP, payload: Payload) -> tuple[UnitMasks, dict[str, torch.Tensor]]:
     """Inverse of ``encode_subnetwork``, checked against the local model: the unit masks and the
-    parameters as dense tensors (zero outside the subnetwork)."""
+    parameters as dense tensors (zero outside the subnetwork). Both go into ``payload.memo``: the
+    receivers of a broadcast in the simulators share them (read-only), each checking the arrays'
+    shapes against its own model first."""
     sizes = hidden_sizes(model)
     packed = expect_array(payload, "units", (-(-sum(sizes) // 8),), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
+    key = ("fedpews/subnetwork", tuple(tuple(layer.weight.shape) for layer in model.layers))
+    units, keep = payload.memo.get(key + ("units",)) or _unpack_units(packed, model)
+    shapes = [(int(keep[i + 1].sum()), int(keep[i].sum())) for i in range(len(model.layers))]
+    for i, shape in enumerate(shapes):
+        expect_array(payload, f"layers.{i}.weight", shape)
+        expect_array(payload, f"layers.{i}.bias", shape[:1])
+    payload.memo[key + ("units",)] = (units, keep)
+    values = payload.memo.get(key)
+    if values is None:
+        values = {}
+        for i, layer in enumerate(model.layers):
+            rows, cols = keep[i + 1], keep[i]
+            w = expect_array(payload, f"layers.{i}.weight", shapes[i], check=lambda a: bool(np.isfinite(a).all()))
+            b = expect_array(payload, f"layers.{i}.bias", shapes[i][:1], check=lambda a: bool(np.isfinite(a).all()))
+            dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
+            dense_w[rows.nonzero().squeeze(1).unsqueeze(1), cols.nonzero().squeeze(1).unsqueeze(0)] = \
+                torch.from_numpy(np.array(w, dtype=np.float32))
+            dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
+            dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
+            values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
+        payload.memo[key] = values
+    return units, values
+
+
+def _unpack_units(packed: np.ndarray, model: MLP) -> tuple[UnitMasks, list[torch.Tensor]]:
+    """The hidden units' masks, and every layer's kept inputs/outputs (inputs and classes all kept)."""
+    sizes = hidden_sizes(model)
     bits = np.unpackbits(packed, count=sum(sizes)).astype(bool)
     units = [torch.from_numpy(part.copy()) for part in np.split(bits, np.cumsum(sizes)[:-1])]
     keep = [torch.ones(model.layers[0].in_features, dtype=torch.bool), *units,
             torch.ones(model.num_classes, dtype=torch.bool)]
-    values: dict[str, torch.Tensor] = {}
-    for i, layer in enumerate(model.layers):
-        rows, cols = keep[i + 1], keep[i]
-        w = expect_array(payload, f"layers.{i}.weight", (int(rows.sum()), int(cols.sum())),
-                         check=lambda a: bool(np.isfinite(a).all()))
-        b = expect_array(payload, f"layers.{i}.bias", (int(rows.sum()),),
-                         check=lambda a: bool(np.isfinite(a).all()))
-        dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
-        dense_w[rows.nonzero().squeeze(1).unsqueeze(1), cols.nonzero().squeeze(1).unsqueeze(0)] = \
-            torch.from_numpy(np.array(w, dtype=np.float32))
-        dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
-        dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
-        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
-    return units, values
+    return units, keep
 
 
 class _Share:
@@ -176,8 +192,12 @@ class FedPeWSFixed(Algorithm):
             raise ArtifactError(f"meta 'phase' must be one of {', '.join(PHASES)}, got {phase!r}")
         model = self.ctx.model
         if phase == "full":
-            values = {k: torch.from_numpy(np.array(v, dtype=np.float32))
-                      for k, v in model_tensors(model, payload).items()}
+            tensors = model_tensors(model, payload)   # this receiver's check, then one copy per message
+            key = ("fedpews/full", tuple((k, v.shape) for k, v in tensors.items()))
+            values = payload.memo.get(key)
+            if values is None:
+                values = payload.memo[key] = {k: torch.from_numpy(np.array(v, dtype=np.float32))
+                                              for k, v in tensors.items()}
             return _Share(values, None, None, None, weight)   # holds every parameter
         units, values = decode_subnetwork(model, payload)
         theta = None
@@ -186,7 +206,11 @@ class FedPeWSFixed(Algorithm):
                 payload, "theta", (sum(self.sizes),),
                 check=lambda a: bool(np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all())),
                 dtype=np.float32))
-        return _Share(values, parameter_masks(model, units), units, theta, weight)
+        masks_key = ("fedpews/masks", tuple(tuple(layer.weight.shape) for layer in model.layers))
+        masks = payload.memo.get(masks_key)
+        if masks is None:
+            masks = payload.memo[masks_key] = parameter_masks(model, units)
+        return _Share(values, masks, units, theta, weight)
 
     def check_payload(self, payload: Payload) -> None:
         self.decode(payload)
