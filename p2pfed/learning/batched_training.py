@@ -30,6 +30,7 @@ from torch.func import functional_call
 
 from p2pfed.learning.mlp_backprop import mlp_sgd_step
 from p2pfed.learning.model import MLP
+from p2pfed.learning.sgd import sgd_step
 from p2pfed.learning.training import TrainingConfig, train_epochs
 
 
@@ -162,7 +163,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
             if written_out:
                 update = None if plain_sgd else (
-                    lambda n, p, g, buffers=buffers: _sgd_step({n: p}, {n: g}, config,
+                    lambda n, p, g, buffers=buffers: sgd_step({n: p}, {n: g}, config,
                                                                None if buffers is None else {n: buffers[n]}))
                 per_device = mlp_sgd_step(params, len(template.layers), x_all[idx], y_all[idx], mask,
                                           config, update)
@@ -172,7 +173,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
                 per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
                 grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
                 with torch.no_grad():
-                    _sgd_step(params, dict(zip(names, grads, strict=True)), config, buffers)
+                    sgd_step(params, dict(zip(names, grads, strict=True)), config, buffers)
             losses[row, :k] = per_device.detach().to(torch.float64)
             row += 1
     with torch.no_grad():
@@ -205,21 +206,3 @@ class _Shuffler:
             torch.randperm(n, generator=g) + off
             for g, n, off in zip(self.generators, self.sizes, self.offsets, strict=True)])
         return index
-
-
-def _sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | None], config: TrainingConfig,
-              momentum: dict[str, torch.Tensor] | None) -> None:
-    """``torch.optim.SGD.step`` (no dampening, no Nesterov) on stacked views, written out so
-    that only the devices still training move. A zero momentum buffer gives the same first step as
-    SGD's copy of the first gradient (0·m + g = g exactly)."""
-    for n, p in params.items():
-        g = grads[n]
-        if g is None:   # a parameter the loss does not use: SGD skips it (no decay either)
-            continue
-        if config.weight_decay != 0:
-            g = g.add(p, alpha=config.weight_decay)
-        if momentum is not None:
-            buf = momentum[n]
-            buf.mul_(config.momentum).add_(g)
-            g = buf
-        p.add_(g, alpha=-config.lr)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from p2pfed.learning.metrics import macro_f1_accuracy
+from p2pfed.learning.sgd import sgd_step
 
 # An optional extra term added to the cross-entropy (FedProx, Ditto, prototype regularisers).
 # It receives the model, the batch inputs, the batch labels and the logits.
@@ -45,15 +46,16 @@ def train_epochs(
 ) -> float:
     """Mini-batch SGD for ``epochs`` (default ``config.epochs``); returns the mean batch loss.
 
-    A fresh optimiser each call: after fusion the parameters have moved, so momentum from the
-    previous round would point the wrong way.
+    Momentum starts afresh each call: after fusion the parameters have moved, so momentum from
+    the previous round would point the wrong way. The update is ``torch.optim.SGD``'s, written out
+    (``learning/sgd.py``: bit-identical, without building an optimiser per call).
     """
     n = int(x.shape[0])
     if n == 0:
         return float("nan")
     params = trainable if trainable is not None else list(model.parameters())
-    opt = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
-                          weight_decay=config.weight_decay)
+    named = {str(i): p for i, p in enumerate(params)}
+    momentum = {k: torch.zeros_like(p) for k, p in named.items()} if config.momentum != 0 else None
     model.train()
     losses = []
     for _ in range(config.epochs if epochs is None else epochs):
@@ -65,9 +67,8 @@ def train_epochs(
             loss = F.cross_entropy(logits, yb)
             if extra_loss is not None:
                 loss = loss + extra_loss(model, xb, yb, logits)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            sgd_step(named, dict(zip(named, grads, strict=True)), config, momentum)
             losses.append(float(loss.detach()))
     return float(np.mean(losses)) if losses else float("nan")
 
