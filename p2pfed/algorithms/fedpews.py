@@ -85,27 +85,29 @@ def decode_subnetwork(model: MLP, payload: Payload) -> tuple[UnitMasks, dict[str
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
     key = ("fedpews/subnetwork", tuple(tuple(layer.weight.shape) for layer in model.layers))
-    units, keep = payload.memo.get(key + ("units",)) or _unpack_units(packed, model)
+    units, keep = payload.remember(key + ("units",), lambda: _unpack_units(packed, model))
     shapes = [(int(keep[i + 1].sum()), int(keep[i].sum())) for i in range(len(model.layers))]
     for i, shape in enumerate(shapes):
         expect_array(payload, f"layers.{i}.weight", shape)
         expect_array(payload, f"layers.{i}.bias", shape[:1])
-    payload.memo[key + ("units",)] = (units, keep)
-    values = payload.memo.get(key)
-    if values is None:
-        values = {}
-        for i, layer in enumerate(model.layers):
-            rows, cols = keep[i + 1], keep[i]
-            w = expect_array(payload, f"layers.{i}.weight", shapes[i], check=lambda a: bool(np.isfinite(a).all()))
-            b = expect_array(payload, f"layers.{i}.bias", shapes[i][:1], check=lambda a: bool(np.isfinite(a).all()))
-            dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
-            dense_w[rows.nonzero().squeeze(1).unsqueeze(1), cols.nonzero().squeeze(1).unsqueeze(0)] = \
-                torch.from_numpy(np.array(w, dtype=np.float32))
-            dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
-            dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
-            values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
-        payload.memo[key] = values
-    return units, values
+    return units, payload.remember(key, lambda: _dense_subnetwork(model, payload, keep, shapes))
+
+
+def _dense_subnetwork(model: MLP, payload: Payload, keep: list[torch.Tensor],
+                      shapes: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """Every layer's parameters as dense tensors, zero outside the kept rows and columns."""
+    values = {}
+    for i, layer in enumerate(model.layers):
+        rows, cols = keep[i + 1], keep[i]
+        w = expect_array(payload, f"layers.{i}.weight", shapes[i], check=lambda a: bool(np.isfinite(a).all()))
+        b = expect_array(payload, f"layers.{i}.bias", shapes[i][:1], check=lambda a: bool(np.isfinite(a).all()))
+        dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
+        dense_w[rows.nonzero().squeeze(1).unsqueeze(1), cols.nonzero().squeeze(1).unsqueeze(0)] = \
+            torch.from_numpy(np.array(w, dtype=np.float32))
+        dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
+        dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
+        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
+    return values
 
 
 def _unpack_units(packed: np.ndarray, model: MLP) -> tuple[UnitMasks, list[torch.Tensor]]:
@@ -194,10 +196,8 @@ class FedPeWSFixed(Algorithm):
         if phase == "full":
             tensors = model_tensors(model, payload)   # this receiver's check, then one copy per message
             key = ("fedpews/full", tuple((k, v.shape) for k, v in tensors.items()))
-            values = payload.memo.get(key)
-            if values is None:
-                values = payload.memo[key] = {k: torch.from_numpy(np.array(v, dtype=np.float32))
-                                              for k, v in tensors.items()}
+            values = payload.remember(key, lambda: {k: torch.from_numpy(np.array(v, dtype=np.float32))
+                                                    for k, v in tensors.items()})
             return _Share(values, None, None, None, weight)   # holds every parameter
         units, values = decode_subnetwork(model, payload)
         theta = None
@@ -207,9 +207,7 @@ class FedPeWSFixed(Algorithm):
                 check=lambda a: bool(np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all())),
                 dtype=np.float32))
         masks_key = ("fedpews/masks", tuple(tuple(layer.weight.shape) for layer in model.layers))
-        masks = payload.memo.get(masks_key)
-        if masks is None:
-            masks = payload.memo[masks_key] = parameter_masks(model, units)
+        masks = payload.remember(masks_key, lambda: parameter_masks(model, units))
         return _Share(values, masks, units, theta, weight)
 
     def check_payload(self, payload: Payload) -> None:

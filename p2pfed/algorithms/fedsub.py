@@ -164,9 +164,7 @@ def decode_subnetworks(model: MLP, classes: list[int], payload: Payload
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
     key = ("fedsub/subnetworks", tuple(classes), tuple((l.out_features, l.in_features) for l in model.layers))
-    decoded = payload.memo.get(key)
-    if decoded is None:
-        decoded = payload.memo[key] = _DecodedUnits(packed, classes, sizes)
+    decoded = payload.remember(key, lambda: _DecodedUnits(packed, classes, sizes))
     sent = [(expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
              expect_array(payload, f"layers.{i}.bias", (n,)))
             for i, (layer, n) in enumerate(zip(model.layers, decoded.row_counts))]

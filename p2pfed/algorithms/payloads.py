@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -18,6 +21,13 @@ class Payload:
     # the same decoded message (a broadcast is decoded once); methods key entries by what else
     # the work depends on, and never modify what they find here.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def remember(self, key: Any, build: Callable[[], T]) -> T:
+        """``memo[key]``, made by ``build()`` on first use; a build that raises (a bad array)
+        leaves nothing behind, so the next receiver checks the message again."""
+        if key not in self.memo:
+            self.memo[key] = build()
+        return self.memo[key]
 
 
 @dataclass

@@ -44,17 +44,13 @@ def decode_submodel(model: MLP, payload: Payload) -> SubModel:
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
     key = ("safl/submodel", tuple(tuple(layer.weight.shape) for layer in model.layers))
-    kept = payload.memo.get(key)
-    if kept is None:
-        kept = _KeptUnits(packed, model)
+    kept = payload.remember(key, lambda: _KeptUnits(packed, model))
     for i in range(len(model.layers)):
         expect_array(payload, f"layers.{i}.weight", kept.weight_shapes[i])
         expect_array(payload, f"layers.{i}.bias", kept.weight_shapes[i][:1])
     for i, m in enumerate(kept.masks):
         expect_array(payload, f"gates.{i}", (int(m.sum()),))
-    submodel = kept.dense(model, payload)   # raises (and keeps nothing) if a value is not finite
-    payload.memo[key] = kept
-    return submodel
+    return kept.dense(model, payload)   # raises (and keeps no dense form) if a value is not finite
 
 
 class _KeptUnits:
