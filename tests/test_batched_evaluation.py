@@ -41,3 +41,16 @@ def test_a_run_gives_the_same_numbers_with_one_thread_or_two(tmp_path):
         run_scenario(loaded, tmp_path / str(threads), progress=False)
         files.append([(tmp_path / str(threads) / name).read_text() for name in ("rounds.csv", "devices.csv")])
     assert files[0] == files[1]
+
+
+def test_auto_threads_give_every_core_only_to_batched_rounds(monkeypatch):
+    """``auto``: all cores for synchronous rounds (batched), one for the contact runtime and real
+    peers (one device at a time), one in a sweep worker; a number is taken as given."""
+    from p2pfed.scenario.threads import WORKER_THREADS_ENV, machine_cores, torch_threads
+
+    monkeypatch.delenv(WORKER_THREADS_ENV, raising=False)
+    assert torch_threads("auto") == machine_cores()
+    assert torch_threads("auto", batched=False) == 1
+    assert torch_threads(3, batched=False) == 3
+    monkeypatch.setenv(WORKER_THREADS_ENV, "1")
+    assert torch_threads("auto") == 1

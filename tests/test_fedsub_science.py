@@ -123,6 +123,25 @@ def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes
         other.check_payload(stray)
 
 
+def test_an_expired_part_leaves_the_peer_view_before_the_peers_next_part_arrives(repo_root):
+    """The TTL drops a peer's parts at a step with nothing new to fuse; the peer's next part then
+    merges with what is left (this raised KeyError at 1,000 devices over random-waypoint contacts)."""
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL)
+    me, peer = build_algorithms(loaded, load_scenario_dataset(loaded))[:2]
+    protos, subnetworks = peer.share_parts(0)
+    for t, p in ((0.0, protos), (5.0, subnetworks)):
+        me.receive(Received(sender=1, round=0, sent_at=t, received_at=t, payload=p))
+    assert me.peers[1].values is not None
+    me.take_fresh()
+    me.drop_stale(28.0, max_age_s=25.0)   # a step with nothing new: the prototype part expires
+    assert set(me.cache) == set(me.parsed) == {(1, "subnetworks")} and not me.peers
+    me.drop_stale(31.0, max_age_s=25.0)   # and then the subnetworks
+    assert not me.cache and not me.parsed
+    protos = peer.share_parts(1)[0]
+    me.receive(Received(sender=1, round=1, sent_at=40.0, received_at=40.0, payload=protos))
+    assert set(me.peers) == {1} and me.peers[1].values is None   # clustered, nothing to fuse yet
+
+
 class Addressed(Algorithm):
     """Shares a small part for everyone and a big one addressed to one peer."""
 

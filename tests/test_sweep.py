@@ -19,7 +19,7 @@ from p2pfed.algorithms import ALGORITHMS
 from p2pfed.cli.main import main
 from p2pfed.sweep.aggregate import mean_ci
 from p2pfed.sweep.cells import expand
-from p2pfed.sweep.spec import SweepError, SweepSpec, read_sweep
+from p2pfed.sweep.spec import SweepSpec, read_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"rounds": 2, "dataset.synthetic.num_devices": 4, "dataset.synthetic.samples_per_class": 15,

@@ -141,6 +141,8 @@ class Algorithm(ABC):
         self.options = options
         # Newest payload per peer (a method receiving its shares in parts keys those by (peer, part)).
         self.cache: dict[Hashable, Received] = {}
+        # What a method decoded from a cache entry, under the entry's key; the TTL drops both.
+        self.parsed: dict[Hashable, Any] = {}
 
     # -- hooks -------------------------------------------------------------------------------
     def train(self, round: int) -> None:
@@ -248,6 +250,7 @@ class Algorithm(ABC):
         visible = state["visible_classes"]
         ctx.set_visible_classes(None if visible is None else frozenset(visible))
         self.cache.clear()
+        self.parsed.clear()
         for saved in state["cache"]:
             item = received_from_state(saved)
             self.receive(item)   # the method rebuilds whatever it derives from its cache
@@ -266,11 +269,12 @@ class Algorithm(ABC):
 
     # -- helpers for subclasses ------------------------------------------------------------
     def drop_stale(self, now: float, max_age_s: float | None) -> None:
-        """Forget cached payloads older than ``max_age_s`` (the TTL)."""
+        """Forget cached payloads older than ``max_age_s`` (the TTL), and what was decoded from them."""
         if max_age_s is None:
             return
-        for sender in [s for s, r in self.cache.items() if r.age(now) > max_age_s]:
-            del self.cache[sender]
+        for key in [k for k, r in self.cache.items() if r.age(now) > max_age_s]:
+            del self.cache[key]
+            self.parsed.pop(key, None)
 
     def take_fresh(self) -> list[Received]:
         """Cached payloads not used by a fusion yet, marked used, in sender order."""

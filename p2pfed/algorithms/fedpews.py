@@ -145,7 +145,6 @@ class FedPeWSFixed(Algorithm):
         self.warmup_rounds_done = 0
         self.phase_switches = 0
         self.last_overlap: float | None = None   # mean Jaccard with the neighbours at the last warmup fusion
-        self.parsed: dict[int, _Share] = {}      # the cached shares decoded, under the cache's keys
 
     # -- the subnetwork of a round -------------------------------------------------------------
     def round_units(self) -> UnitMasks:
@@ -270,7 +269,6 @@ class FedPeWSFixed(Algorithm):
                 "last_overlap": self.last_overlap}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.parsed.clear()
         super().load_state_dict(state)   # re-receives the cache, which decodes it again
         self.phase = str(state["phase"])
         self.units = None if state["units"] is None else [u.clone() for u in state["units"]]

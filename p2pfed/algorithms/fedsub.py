@@ -224,7 +224,6 @@ class FedSub(Algorithm):
     def __init__(self, ctx, options) -> None:
         super().__init__(ctx, options)
         self.own: Artifacts | None = None
-        self.parsed: dict = {}   # the parsed artifacts, under the same keys as ``cache``
         self._peers: dict[int, Artifacts] = {}   # per peer, its parts merged (see ``_merge_peer``)
         self.clusterings: ClusteringCache = ctx.shared.setdefault("clustering", ClusteringCache())
         self.clusterings.reserve(ctx.num_classes)
@@ -379,7 +378,6 @@ class FedSub(Algorithm):
                 "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.parsed.clear()
         self._peers.clear()
         super().load_state_dict(state)
         own = state["own"]
@@ -472,13 +470,16 @@ class FedSub(Algorithm):
         kept[:, shared:] = False
         return kept
 
+    def drop_stale(self, now: float, max_age_s: float | None) -> None:
+        """The TTL, also in each peer's merged view: a peer whose prototypes expired leaves it
+        (its subnetworks alone cannot be clustered)."""
+        before = set(self.cache)
+        super().drop_stale(now, max_age_s)
+        for sender in {k[0] if isinstance(k, tuple) else k for k in before - set(self.cache)}:
+            self._merge_peer(sender)
+
     def fusion_job(self, round: int, now: float) -> FusionJob | None:
         self.drop_stale(now, self.options.cache_max_age_s)
-        gone = [k for k in self.parsed if k not in self.cache]
-        for key in gone:
-            del self.parsed[key]
-        for sender in {k[0] if isinstance(k, tuple) else k for k in gone}:
-            self._merge_peer(sender)
         if self.own is None or not self._peers:
             return None
         me, o = self.ctx.device_id, self.options

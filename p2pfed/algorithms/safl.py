@@ -92,7 +92,6 @@ class Safl(Algorithm):
         self.overlap_shared = 0.0     # stage two: share of its parameters some neighbour also held
         self.last_round = -1          # the last round the device trained in
         self._initial: dict[int, SubModel] | None = None
-        self.parsed: dict[int, SubModel] = {}   # decoded cache entries, under the same keys
 
     # -- schedule ----------------------------------------------------------------------------
     def rate(self, round: int) -> float:
@@ -252,7 +251,6 @@ class Safl(Algorithm):
                 "last_round": self.last_round}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.parsed.clear()
         super().load_state_dict(state)
         self.masks = [array_from_state(m) for m in state["masks"]]
         self.cluster = None if state["cluster"] < 0 else int(state["cluster"])

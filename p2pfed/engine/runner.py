@@ -51,7 +51,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     With ``checkpointing``, a synchronous run resumes from its checkpoint file if there is one,
     writes it every ``every`` rounds, and returns None if it stopped before the last round."""
     sc = loaded.scenario
-    apply_torch_threads(sc.engine.torch_threads)
+    apply_torch_threads(sc.engine.torch_threads, batched=sc.contacts.kind == "none")
     resolve_device(sc.engine.device, loaded.source)
     wall_start = time.perf_counter()
     dataset = load_scenario_dataset(loaded)

@@ -109,7 +109,7 @@ class Peer:
         self.sent_frames = SentFrames()
         self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
-        apply_torch_threads(sc.engine.torch_threads, peer=True)
+        apply_torch_threads(sc.engine.torch_threads, batched=False)
         self._open_sockets(loaded_config)
 
     # -- sockets -----------------------------------------------------------------------------

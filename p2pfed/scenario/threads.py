@@ -1,10 +1,12 @@
 """How many threads PyTorch uses: ``engine.torch_threads`` resolved for the process at hand.
 
 A synchronous round trains every device as one batched computation, large enough to keep every
-core busy, so a simulation uses all the cores it may (``auto``). A process that shares the
-machine with others of its kind gets one thread instead: a sweep worker (one cell per core; the
-worker sets ``WORKER_THREADS_ENV``) and a real peer (``p2pfed launch`` starts many on one
-machine). Results do not depend on the thread count (PyTorch's CPU matrix products split work
+core busy, so a simulation of rounds uses all the cores it may (``auto``). Everything else gets
+one thread: the contact runtime, which steps one device at a time on products far too small to
+split (and where OpenMP's waiting threads, once another job shared the cores, made 600 simulated
+seconds of ``scenarios/synthetic-rwp-1000.yaml`` take over 10 minutes instead of 26 s, measured),
+a sweep worker (one cell per core; the worker sets ``WORKER_THREADS_ENV``) and a real peer
+(``p2pfed launch`` starts many on one machine). Results do not depend on the thread count (PyTorch's CPU matrix products split work
 over output blocks, not over the sums), which a test checks.
 """
 
@@ -23,20 +25,21 @@ def machine_cores() -> int:
         return os.cpu_count() or 1
 
 
-def torch_threads(setting: int | str, *, peer: bool = False) -> int:
-    """The thread count for ``engine.torch_threads`` (an int, or ``"auto"``)."""
+def torch_threads(setting: int | str, *, batched: bool = True) -> int:
+    """The thread count for ``engine.torch_threads`` (an int, or ``"auto"``); ``batched``: the
+    process computes many devices at once (synchronous rounds), not one device at a time."""
     if setting != "auto":
         return int(setting)
-    if peer:
+    if not batched:
         return 1
     from_env = os.environ.get(WORKER_THREADS_ENV, "")
     return int(from_env) if from_env.isdigit() and int(from_env) > 0 else machine_cores()
 
 
-def apply_torch_threads(setting: int | str, *, peer: bool = False) -> int:
+def apply_torch_threads(setting: int | str, *, batched: bool = True) -> int:
     """Set PyTorch's intra-op threads for ``setting``; returns the count."""
     import torch
 
-    count = torch_threads(setting, peer=peer)
+    count = torch_threads(setting, batched=batched)
     torch.set_num_threads(count)
     return count
