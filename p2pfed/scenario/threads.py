@@ -4,10 +4,11 @@ A synchronous round trains every device as one batched computation, large enough
 core busy, so a simulation of rounds uses all the cores it may (``auto``). Everything else gets
 one thread: the contact runtime, which steps one device at a time on products far too small to
 split (and where OpenMP's waiting threads, once another job shared the cores, made 600 simulated
-seconds of ``scenarios/synthetic-rwp-1000.yaml`` take over 10 minutes instead of 26 s, measured),
-a sweep worker (one cell per core; the worker sets ``WORKER_THREADS_ENV``) and a real peer
-(``p2pfed launch`` starts many on one machine). Results do not depend on the thread count (PyTorch's CPU matrix products split work
-over output blocks, not over the sums), which a test checks.
+seconds of ``scenarios/synthetic-rwp-1000.yaml`` take over 10 minutes, against 26 s with one
+thread even under a profiler), a sweep worker (one cell per core; the worker sets
+``WORKER_THREADS_ENV``) and a real peer (``p2pfed launch`` starts many on one machine). Results
+do not depend on the thread count (PyTorch's CPU matrix products split work over output blocks,
+not over the sums), which a test checks.
 """
 
 from __future__ import annotations
