@@ -268,13 +268,16 @@ class Algorithm(ABC):
         return [r for r in before if not r.fresh]
 
     # -- helpers for subclasses ------------------------------------------------------------
-    def drop_stale(self, now: float, max_age_s: float | None) -> None:
-        """Forget cached payloads older than ``max_age_s`` (the TTL), and what was decoded from them."""
+    def drop_stale(self, now: float, max_age_s: float | None) -> list[Hashable]:
+        """Forget cached payloads older than ``max_age_s`` (the TTL), and what was decoded from
+        them; returns the keys dropped."""
         if max_age_s is None:
-            return
-        for key in [k for k, r in self.cache.items() if r.age(now) > max_age_s]:
+            return []
+        stale = [k for k, r in self.cache.items() if r.age(now) > max_age_s]
+        for key in stale:
             del self.cache[key]
             self.parsed.pop(key, None)
+        return stale
 
     def take_fresh(self) -> list[Received]:
         """Cached payloads not used by a fusion yet, marked used, in sender order."""

@@ -470,13 +470,13 @@ class FedSub(Algorithm):
         kept[:, shared:] = False
         return kept
 
-    def drop_stale(self, now: float, max_age_s: float | None) -> None:
+    def drop_stale(self, now: float, max_age_s: float | None) -> list:
         """The TTL, also in each peer's merged view: a peer whose prototypes expired leaves it
         (its subnetworks alone cannot be clustered)."""
-        before = set(self.cache)
-        super().drop_stale(now, max_age_s)
-        for sender in {k[0] if isinstance(k, tuple) else k for k in before - set(self.cache)}:
+        dropped = super().drop_stale(now, max_age_s)
+        for sender in {k[0] if isinstance(k, tuple) else k for k in dropped}:
             self._merge_peer(sender)
+        return dropped
 
     def fusion_job(self, round: int, now: float) -> FusionJob | None:
         self.drop_stale(now, self.options.cache_max_age_s)
