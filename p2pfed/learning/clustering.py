@@ -11,6 +11,7 @@ same sweep.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -111,7 +112,7 @@ def _kmeanspp(x: np.ndarray, pair_sq: np.ndarray, k: int, runs: int,
     remaining mass is zero (fewer distinct points than k) a candidate is drawn uniformly.
     """
     n = x.shape[0]
-    trials = 2 + int(math.log(k))
+    trials = _trials(k)
     chosen = np.empty((runs, k), dtype=np.intp)
     chosen[:, 0] = rng.integers(n, size=runs)
     closest = pair_sq[chosen[:, 0]].copy()  # (R, n)
@@ -550,15 +551,33 @@ def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> No
     """Offer every K to every sweep of one n, each K computed for all of them at once."""
     stack = _stack([s.xs for s in sweeps], 1e-6)
     his = np.array([s.hi for s in sweeps])
+    seedings = _seedings(stack, range(k_min, int(his.max()) + 1), seed, n_init)
     for k in range(k_min, int(his.max()) + 1):
         rows = np.flatnonzero(his >= k)
         part = stack if rows.size == len(sweeps) else stack.take(rows)
-        labels = _kmeans_stack(part, k, seed, n_init, 100)
+        labels = _kmeans_stack(part, k, seedings[k][rows], n_init, 100)
         nonempty = _counts(labels, k) > 0
         full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
         scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
         for j, r in enumerate(rows):
             sweeps[r].offer(k, labels[j], lambda j=j: scores[j])
+
+
+def _seedings(st: _Stack, ks: range, seed: int, runs: int) -> dict[int, np.ndarray]:
+    """The k-means++ seeds (B, runs, K) of every K of a sweep, from one seeding per number of
+    candidate trials: greedy seeding picks centre c from the draws of steps 1..c only, and
+    those draws are the same for every K with the same trial count (:func:`_seeding_draws`),
+    so K's seeds are the first K of the largest such K's. Same seeds, a fraction of the steps."""
+    largest: dict[int, int] = {}
+    for k in ks:
+        largest[_trials(k)] = k
+    out: dict[int, np.ndarray] = {}
+    for k_big in largest.values():
+        chosen = _kmeanspp_stack(st, k_big, seed, runs)
+        for k in ks:
+            if _trials(k) == _trials(k_big):
+                out[k] = chosen[:, :, :k]
+    return out
 
 
 def _counts(labels: np.ndarray, k: int) -> np.ndarray:
@@ -569,14 +588,22 @@ def _counts(labels: np.ndarray, k: int) -> np.ndarray:
     return counts.reshape(*labels.shape[:-1], k)
 
 
-def _seeding_draws(seed: int, n: int, k: int, runs: int) -> tuple[np.ndarray, list[np.ndarray]]:
+def _trials(k: int) -> int:
+    """Candidates per k-means++ step for K centres (scikit-learn's 2 + log K)."""
+    return 2 + int(math.log(k))
+
+
+@functools.lru_cache(maxsize=512)
+def _seeding_draws(seed: int, n: int, k: int, runs: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """The random numbers :func:`_kmeanspp` draws for (seed, n, k): the first seeds and, for each
     further centre, the candidates' uniforms. They depend on nothing else, so every problem of
-    one n shares them."""
+    one n shares them (and they are remembered: read-only)."""
     rng = np.random.default_rng(seed)
     first = rng.integers(n, size=runs)
-    trials = 2 + int(math.log(k))
-    return first, [rng.random((runs, trials)) for _ in range(1, k)]
+    uniforms = tuple(rng.random((runs, _trials(k))) for _ in range(1, k))
+    for a in (first, *uniforms):
+        a.setflags(write=False)
+    return first, uniforms
 
 
 def _kmeanspp_stack(st: _Stack, k: int, seed: int, runs: int) -> np.ndarray:
@@ -598,7 +625,7 @@ def _kmeanspp_stack(st: _Stack, k: int, seed: int, runs: int) -> np.ndarray:
         np.minimum(cand, n - 1, out=cand)
         pot = np.minimum(closest[:, :, None, :], st.pair_sq[bi[:, :, None], cand])  # (B, R, T, n)
         best = np.argmin(pot.sum(axis=3), axis=2)
-        chosen[:, :, c] = np.take_along_axis(cand, best[:, :, None], axis=2)[:, :, 0]
+        chosen[:, :, c] = cand[bi, rows, best]
         closest = pot[bi, rows, best]
     return chosen
 
@@ -628,15 +655,16 @@ def _means_stack(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     return np.divide(sums, np.maximum(counts, 1.0)[..., None], out=sums), counts
 
 
-def _kmeans_stack(st: _Stack, k: int, seed: int, n_init: int, max_iter: int) -> np.ndarray:
-    """:func:`_kmeans` for B problems of one n; the best restart's labels (B, n).
+def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, n_init: int, max_iter: int) -> np.ndarray:
+    """:func:`_kmeans` for B problems of one n from their k-means++ seeds (B, n_init, k) (see
+    :func:`_seedings`); the best restart's labels (B, n).
 
     Each problem stops iterating when it would alone (all its restarts done, none relocated):
     its later iterations would differ from the one-problem path's, which stopped.
     """
     b_count, n = st.x_sq.shape
     bi = np.arange(b_count)[:, None]
-    centers = st.x[bi[:, :, None], _kmeanspp_stack(st, k, seed, n_init)]  # (B, R, k, d)
+    centers = st.x[bi[:, :, None], seeds]  # (B, R, k, d)
     labels = np.full((b_count, n_init, n), -1, dtype=np.intp)
     live = np.arange(b_count)
     for _ in range(max_iter):
@@ -683,14 +711,15 @@ def _dbi_stack(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     onehot[np.arange(b_count)[:, None], labels, np.arange(n)[None, :]] = 1.0
     counts = onehot.sum(axis=2)
     centroids = np.matmul(onehot, x) / counts[:, :, None]
-    gathered = np.take_along_axis(centroids, labels[:, :, None], axis=1)
+    gathered = centroids[np.arange(b_count)[:, None], labels]
     dist = np.sqrt(((x - gathered) ** 2).sum(axis=2))
     intra = np.matmul(onehot, dist[:, :, None])[:, :, 0] / counts
     c_sq = np.einsum("kd,kd->k", centroids.reshape(-1, d), centroids.reshape(-1, d)).reshape(b_count, k)
     cdist = c_sq[:, :, None] + c_sq[:, None, :] - 2.0 * np.matmul(centroids, centroids.transpose(0, 2, 1))
     cdist = np.sqrt(np.maximum(cdist, 0.0))
     cdist[:, np.arange(k), np.arange(k)] = 0.0
-    degenerate = (np.isclose(intra, 0.0).all(axis=1)) | (np.isclose(cdist, 0.0).all(axis=(1, 2)))
+    # np.isclose(a, 0.0) is |a| <= 1e-8 (its atol), without its per-call overhead
+    degenerate = (np.abs(intra) <= 1e-8).all(axis=1) | (np.abs(cdist) <= 1e-8).all(axis=(1, 2))
     cdist[cdist == 0] = np.inf
     scores = np.max((intra[:, :, None] + intra[:, None, :]) / cdist, axis=2)
     return np.where(degenerate, 0.0, scores.mean(axis=1))
