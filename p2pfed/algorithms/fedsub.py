@@ -470,7 +470,7 @@ class FedSub(Algorithm):
         kept[:, shared:] = False
         return kept
 
-    def drop_stale(self, now: float, max_age_s: float | None) -> list:
+    def drop_stale(self, now: float, max_age_s: float | None) -> list[Any]:
         """The TTL, also in each peer's merged view: a peer whose prototypes expired leaves it
         (its subnetworks alone cannot be clustered)."""
         dropped = super().drop_stale(now, max_age_s)

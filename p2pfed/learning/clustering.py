@@ -551,11 +551,12 @@ def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> No
     """Offer every K to every sweep of one n, each K computed for all of them at once."""
     stack = _stack([s.xs for s in sweeps], 1e-6)
     his = np.array([s.hi for s in sweeps])
-    seedings = _seedings(stack, range(k_min, int(his.max()) + 1), seed, n_init)
-    for k in range(k_min, int(his.max()) + 1):
+    ks = range(k_min, int(his.max()) + 1)
+    seedings = _seedings(stack, ks, seed, n_init)
+    for k in ks:
         rows = np.flatnonzero(his >= k)
         part = stack if rows.size == len(sweeps) else stack.take(rows)
-        labels = _kmeans_stack(part, k, seedings[k][rows], n_init, 100)
+        labels = _kmeans_stack(part, k, seedings[k][rows], 100)
         nonempty = _counts(labels, k) > 0
         full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
         scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
@@ -568,15 +569,14 @@ def _seedings(st: _Stack, ks: range, seed: int, runs: int) -> dict[int, np.ndarr
     candidate trials: greedy seeding picks centre c from the draws of steps 1..c only, and
     those draws are the same for every K with the same trial count (:func:`_seeding_draws`),
     so K's seeds are the first K of the largest such K's. Same seeds, a fraction of the steps."""
-    largest: dict[int, int] = {}
+    by_trials: dict[int, list[int]] = {}
     for k in ks:
-        largest[_trials(k)] = k
+        by_trials.setdefault(_trials(k), []).append(k)
     out: dict[int, np.ndarray] = {}
-    for k_big in largest.values():
-        chosen = _kmeanspp_stack(st, k_big, seed, runs)
-        for k in ks:
-            if _trials(k) == _trials(k_big):
-                out[k] = chosen[:, :, :k]
+    for same in by_trials.values():
+        chosen = _kmeanspp_stack(st, same[-1], seed, runs)
+        for k in same:
+            out[k] = chosen[:, :, :k]
     return out
 
 
@@ -655,7 +655,7 @@ def _means_stack(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     return np.divide(sums, np.maximum(counts, 1.0)[..., None], out=sums), counts
 
 
-def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, n_init: int, max_iter: int) -> np.ndarray:
+def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> np.ndarray:
     """:func:`_kmeans` for B problems of one n from their k-means++ seeds (B, n_init, k) (see
     :func:`_seedings`); the best restart's labels (B, n).
 
@@ -665,7 +665,7 @@ def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, n_init: int, max_iter: 
     b_count, n = st.x_sq.shape
     bi = np.arange(b_count)[:, None]
     centers = st.x[bi[:, :, None], seeds]  # (B, R, k, d)
-    labels = np.full((b_count, n_init, n), -1, dtype=np.intp)
+    labels = np.full((b_count, seeds.shape[1], n), -1, dtype=np.intp)
     live = np.arange(b_count)
     for _ in range(max_iter):
         sub = st if live.size == b_count else st.take(live)
