@@ -79,3 +79,30 @@ def test_a_frame_the_sockets_refuse_is_counted_by_each_receiver():
         assert delivery.take(0, dst, None, 1.0, 0) is None
     assert recorder.drop_reasons["transport"] == 2
     delivery.close()
+
+
+def fedsub_devices(n: int = 4):
+    loaded = load_scenario(SCENARIOS / "synthetic-small.yaml",
+                           ["algorithm.name=fedsub", f"dataset.synthetic.num_devices={n}"])
+    algorithms = build_algorithms(loaded, load_scenario_dataset(loaded))
+    for algo in algorithms:
+        algo.train(0)
+    recorder = Recorder(n)
+    return algorithms, recorder, Delivery(algorithms, recorder, IntakeRules(MAX, rounds=5, num_devices=n))
+
+
+def test_fedsub_receivers_with_the_same_model_shapes_share_one_checked_parse():
+    algorithms, recorder, delivery = fedsub_devices()
+    payload = algorithms[0].share(0)
+    frame = delivery.carry(Frame(encode_share(algorithms[0].message_kind, 0, 0, 0.0, payload, MAX)), [1, 2, 3])
+    assert all(delivery.take(0, dst, frame, 1.0, 0) is not None for dst in (1, 2, 3))
+    parsed = [algorithms[dst].parsed[0] for dst in (1, 2, 3)]
+    assert parsed[0] is parsed[1] is parsed[2]            # checked once for these shapes
+    assert not parsed[0].prototypes.flags.writeable       # shared, so read-only
+    # A part addressed to one peer is still refused by every other receiver of the same frame.
+    addressed = Payload({**payload.meta, "to": 2}, payload.tensors)
+    frame = delivery.carry(Frame(encode_share(algorithms[0].message_kind, 0, 1, 2.0, addressed, MAX)), [1, 2, 3])
+    taken = [delivery.take(0, dst, frame, 3.0, 0) for dst in (1, 2, 3)]
+    assert [item is not None for item in taken] == [False, True, False]
+    assert recorder.drop_reasons["artifact"] == 2
+    delivery.close()

@@ -396,6 +396,23 @@ class FedSub(Algorithm):
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:
+        """The message's artifacts, checked against this device's model. Every receiver with the
+        same model shapes would check the same arrays the same way, so in the simulators (where
+        a broadcast's receivers share ``payload.memo``) the checked result is built once per
+        message and model shape and shared, read-only; only the addressee check is per device."""
+        to = payload.meta.get("to")
+        if to is not None and to != self.ctx.device_id:
+            raise ArtifactError(f"meta 'to' addresses peer {to!r}, not this peer ({self.ctx.device_id})")
+        return payload.remember(self._parse_key, lambda: self._parse_checked(payload))
+
+    @cached_property
+    def _parse_key(self) -> tuple:
+        """What a check of a message depends on besides the message (the model's shapes are
+        fixed for a run)."""
+        shapes = tuple((l.out_features, l.in_features) for l in self.ctx.model.layers)
+        return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, shapes)
+
+    def _parse_checked(self, payload: Payload) -> Artifacts:
         classes, scores = payload.meta.get("classes"), payload.meta.get("scores")
         nc = self.ctx.num_classes
         if (not isinstance(classes, list) or not all(isinstance(c, int) and 0 <= c < nc for c in classes)
@@ -407,13 +424,11 @@ class FedSub(Algorithm):
         part = payload.meta.get("part", "whole")
         if part not in PARTS:
             raise ArtifactError(f"meta 'part' must be one of {', '.join(PARTS)}, got {part!r}")
-        to = payload.meta.get("to")
-        if to is not None and to != self.ctx.device_id:
-            raise ArtifactError(f"meta 'to' addresses peer {to!r}, not this peer ({self.ctx.device_id})")
         protos = units = values = requests = None
         if part != "subnetworks":
             protos = np.array(expect_array(payload, "prototypes", (len(classes), self.prototype_dim)),
                               dtype=np.float32)
+            protos.setflags(write=False)   # shared by the message's receivers
             requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
             units, values = decode_subnetworks(self.ctx.model, classes, payload)

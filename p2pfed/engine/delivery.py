@@ -15,7 +15,9 @@ Three things keep the cost of a message flat in the number of devices and receiv
   most once, and what methods derive from it (``Frame.memo``, e.g. FedSub's dense subnetwork
   copy) is kept with it: memory grows with messages, not with messages x receivers, and nothing
   has to guess how long to keep a decoded copy (the frame goes when its last link has delivered
-  it). Every other intake check, the method's own shape check included, runs for each receiver.
+  it). Every other intake check runs for each receiver; the method's own check runs against each
+  receiver's model, and a method may keep its checked result in the memo for the receivers whose
+  models have the same shapes (FedSub does: the check's outcome depends on nothing else).
 """
 
 from __future__ import annotations

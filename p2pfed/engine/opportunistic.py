@@ -125,6 +125,13 @@ class OpportunisticSimulation:
         self.switched = [self.env.event() for _ in range(n)]
         self.went_offline = [self.env.event() for _ in range(n)]
 
+    def _or_churn(self, event: simpy.Event, *pulses: simpy.Event) -> simpy.Event:
+        """``event | pulse | ...`` with the churn pulses left out of a run without churn: they
+        never fire there, and each ``|`` costs a condition event on every wait."""
+        for pulse in pulses if self.offline else ():
+            event = event | pulse
+        return event
+
     def _pulse(self, events: list[simpy.Event], i: int) -> None:
         ev, events[i] = events[i], self.env.event()
         ev.succeed()
@@ -188,16 +195,18 @@ class OpportunisticSimulation:
             self.env.process(self._session(c.a, c.b, c, end))
             self.env.process(self._session(c.b, c.a, c, end))
 
-    def _offers(self, src: int, dst: int) -> list[Offer]:
-        """What ``src`` can give ``dst`` now, in send-policy order."""
+    def _next_offer(self, src: int, dst: int) -> Offer | None:
+        """What ``src`` sends ``dst`` next (the first in send-policy order), None if nothing."""
         st, have, now = self.state[src], self.state[dst].have, float(self.env.now)
         ttl = self.schedule.max_age_s
-        offers = list(st.own) + [self._carried_offer(src, c) for c in self._live_carried(src)]
-        offers = [o for o in offers if o.origin != dst and o.to in (None, dst)
-                  and have.get(o.key, (-1, -1.0)) < o.version
+        carried = [self._carried_offer(src, c) for c in self._live_carried(src)] if st.carried else []
+        offers = [o for o in (*st.own, *carried) if o.origin != dst and (o.to is None or o.to == dst)
+                  and have.get((o.origin, o.part), (-1, -1.0)) < (o.round, o.sent_at)
                   and (ttl is None or now - o.sent_at <= ttl)]
+        if not offers:
+            return None
         sign = -1 if self.schedule.send_policy == "largest-first" else 1
-        return sorted(offers, key=lambda o: (sign * o.frame.size, o.origin != src, o.origin, o.part))
+        return min(offers, key=lambda o: (sign * o.frame.size, o.origin != src, o.origin, o.part))
 
     def _live_carried(self, src: int) -> list[Carried]:
         """Carried items, after dropping those past the TTL (they free buffer room)."""
@@ -220,11 +229,11 @@ class OpportunisticSimulation:
             if not (self.state[src].online and self.state[dst].online):
                 yield end | self.switched[src] | self.switched[dst]
                 continue
-            offers = self._offers(src, dst)
-            if not offers:
-                yield end | self.news[src] | self.switched[src] | self.switched[dst]
+            offer = self._next_offer(src, dst)
+            if offer is None:
+                yield self._or_churn(end | self.news[src], self.switched[src], self.switched[dst])
                 continue
-            yield from self._transfer(src, dst, offers[0], contact, end)
+            yield from self._transfer(src, dst, offer, contact, end)
 
     def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact, end: simpy.Event):
         size = offer.frame.size
@@ -232,7 +241,7 @@ class OpportunisticSimulation:
         started = float(self.env.now)
         self.recorder.transfer_started(src)
         done = self.env.timeout(needed)
-        yield done | end | self.went_offline[src] | self.went_offline[dst]
+        yield self._or_churn(done | end, self.went_offline[src], self.went_offline[dst])
         elapsed = float(self.env.now) - started
         if not done.processed and elapsed < needed:
             on_air = min(size, int(contact.bandwidth_bps * elapsed / 8.0))

@@ -133,11 +133,14 @@ def _kmeanspp(x: np.ndarray, pair_sq: np.ndarray, k: int, runs: int,
     return chosen
 
 
+def _onehot(labels: np.ndarray, k: int) -> np.ndarray:
+    """Float indicators (..., k, n) of labels (..., n): one comparison, no scatter."""
+    return (labels[..., None, :] == np.arange(k)[:, None]).astype(np.float64)
+
+
 def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-run cluster means (R, k, d) and sizes (R, k) for labels (R, n); empty clusters get 0."""
-    runs, n = labels.shape
-    onehot = np.zeros((runs, k, n))
-    onehot[np.arange(runs)[:, None], labels, np.arange(n)[None, :]] = 1.0
+    onehot = _onehot(labels, k)   # (R, k, n)
     counts = onehot.sum(axis=2)
     sums = np.matmul(onehot, x)
     return sums / np.maximum(counts, 1.0)[:, :, None], counts
@@ -213,9 +216,7 @@ def _kmeans(x: np.ndarray, k: int, seed: int, n_init: int, max_iter: int,
 
 def _dbi(x: np.ndarray, labels: np.ndarray, k: int) -> float:
     """DBI for validated float64 points and labels already in 0..k-1 (all non-empty)."""
-    n = x.shape[0]
-    onehot = np.zeros((k, n))
-    onehot[labels, np.arange(n)] = 1.0
+    onehot = _onehot(labels, k)   # (k, n)
     counts = onehot.sum(axis=1)
     centroids = (onehot @ x) / counts[:, None]
     dist = np.sqrt(((x - centroids[labels]) ** 2).sum(axis=1))
@@ -646,10 +647,7 @@ def _sq_dists_stack(st: _Stack, centers: np.ndarray) -> np.ndarray:
 
 def _means_stack(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_means` per problem: means (B, R, k, d) and sizes (B, R, k)."""
-    b_count, runs, n = labels.shape
-    onehot = np.zeros((b_count, runs, k, n))
-    onehot[np.arange(b_count)[:, None, None], np.arange(runs)[None, :, None], labels,
-           np.arange(n)[None, None, :]] = 1.0
+    onehot = _onehot(labels, k)   # (B, R, k, n)
     counts = onehot.sum(axis=3)
     sums = np.matmul(onehot, x[:, None])
     return np.divide(sums, np.maximum(counts, 1.0)[..., None], out=sums), counts
@@ -707,8 +705,7 @@ def _dbi_stack(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     b_count, n, d = x.shape
     if b_count == 0:
         return np.empty(0)
-    onehot = np.zeros((b_count, k, n))
-    onehot[np.arange(b_count)[:, None], labels, np.arange(n)[None, :]] = 1.0
+    onehot = _onehot(labels, k)   # (B, k, n)
     counts = onehot.sum(axis=2)
     centroids = np.matmul(onehot, x) / counts[:, :, None]
     gathered = centroids[np.arange(b_count)[:, None], labels]
