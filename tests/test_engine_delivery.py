@@ -20,16 +20,16 @@ SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 MAX = 1 << 20
 
 
-def gossip_devices(n: int = 4):
+def federation(algorithm: str = "gossip-avg", n: int = 4):
     loaded = load_scenario(SCENARIOS / "synthetic-small.yaml",
-                           ["algorithm.name=gossip-avg", f"dataset.synthetic.num_devices={n}"])
+                           [f"algorithm.name={algorithm}", f"dataset.synthetic.num_devices={n}"])
     algorithms = build_algorithms(loaded, load_scenario_dataset(loaded))
     recorder = Recorder(n)
     return algorithms, recorder, Delivery(algorithms, recorder, IntakeRules(MAX, rounds=5, num_devices=n))
 
 
 def test_a_broadcast_is_decoded_once_and_its_receivers_share_one_read_only_copy():
-    algorithms, recorder, delivery = gossip_devices()
+    algorithms, recorder, delivery = federation()
     payload = algorithms[0].share(0)
     data = encode_share(algorithms[0].message_kind, 0, 0, 0.0, payload, MAX)
     frame = delivery.carry(Frame(data), [1, 2, 3])   # through the sockets once
@@ -51,7 +51,7 @@ def test_a_broadcast_is_decoded_once_and_its_receivers_share_one_read_only_copy(
 
 
 def test_every_receiver_still_checks_a_shared_message_against_its_own_model():
-    algorithms, recorder, delivery = gossip_devices()
+    algorithms, recorder, delivery = federation()
     good = algorithms[0].share(0)
     wrong = {k: np.zeros((v.shape[0] + 1, *v.shape[1:]), dtype=v.dtype) if v.ndim else v
              for k, v in good.tensors.items()}
@@ -64,7 +64,7 @@ def test_every_receiver_still_checks_a_shared_message_against_its_own_model():
 
 
 def test_a_message_that_does_not_decode_is_refused_by_each_receiver():
-    _, recorder, delivery = gossip_devices()
+    _, recorder, delivery = federation()
     for dst in (1, 2):
         assert delivery.deliver(0, dst, b"P2PF-not-a-message", 1.0, 0) is None
     assert delivery.decoded == 0
@@ -73,7 +73,7 @@ def test_a_message_that_does_not_decode_is_refused_by_each_receiver():
 
 
 def test_a_frame_the_sockets_refuse_is_counted_by_each_receiver():
-    _, recorder, delivery = gossip_devices()
+    _, recorder, delivery = federation()
     assert delivery.carry(Frame(b"x" * (MAX + 1)), [1, 2]) is None   # over max_message_bytes
     for dst in (1, 2):
         assert delivery.take(0, dst, None, 1.0, 0) is None
@@ -81,18 +81,10 @@ def test_a_frame_the_sockets_refuse_is_counted_by_each_receiver():
     delivery.close()
 
 
-def fedsub_devices(n: int = 4):
-    loaded = load_scenario(SCENARIOS / "synthetic-small.yaml",
-                           ["algorithm.name=fedsub", f"dataset.synthetic.num_devices={n}"])
-    algorithms = build_algorithms(loaded, load_scenario_dataset(loaded))
+def test_fedsub_receivers_with_the_same_model_shapes_share_one_checked_parse():
+    algorithms, recorder, delivery = federation("fedsub")
     for algo in algorithms:
         algo.train(0)
-    recorder = Recorder(n)
-    return algorithms, recorder, Delivery(algorithms, recorder, IntakeRules(MAX, rounds=5, num_devices=n))
-
-
-def test_fedsub_receivers_with_the_same_model_shapes_share_one_checked_parse():
-    algorithms, recorder, delivery = fedsub_devices()
     payload = algorithms[0].share(0)
     frame = delivery.carry(Frame(encode_share(algorithms[0].message_kind, 0, 0, 0.0, payload, MAX)), [1, 2, 3])
     assert all(delivery.take(0, dst, frame, 1.0, 0) is not None for dst in (1, 2, 3))

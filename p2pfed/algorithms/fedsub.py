@@ -40,6 +40,7 @@ class; ``algorithm_stats`` reports both byte counts.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -485,7 +486,7 @@ class FedSub(Algorithm):
         kept[:, shared:] = False
         return kept
 
-    def drop_stale(self, now: float, max_age_s: float | None) -> list[Any]:
+    def drop_stale(self, now: float, max_age_s: float | None) -> list[Hashable]:
         """The TTL, also in each peer's merged view: a peer whose prototypes expired leaves it
         (its subnetworks alone cannot be clustered)."""
         dropped = super().drop_stale(now, max_age_s)

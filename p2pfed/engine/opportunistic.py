@@ -201,7 +201,7 @@ class OpportunisticSimulation:
         ttl = self.schedule.max_age_s
         carried = [self._carried_offer(src, c) for c in self._live_carried(src)] if st.carried else []
         offers = [o for o in (*st.own, *carried) if o.origin != dst and (o.to is None or o.to == dst)
-                  and have.get((o.origin, o.part), (-1, -1.0)) < (o.round, o.sent_at)
+                  and have.get(o.key, (-1, -1.0)) < o.version
                   and (ttl is None or now - o.sent_at <= ttl)]
         if not offers:
             return None
