@@ -173,3 +173,58 @@ def test_loss_rate_one_half_drops_about_half():
     assert 0.4 < lost / rec.total("transfers_completed") < 0.6
     mean_size = rec.devices[0].bytes_sent / rec.total("transfers_completed")   # varies by a few header bytes
     assert abs(rec.devices[0].bytes_wasted - lost * mean_size) <= 4 * lost
+
+
+class Clocked(Blob):
+    """A Blob that notes the simulated time of each of its trainings, and of each fusion with
+    the senders it fused."""
+
+    def __init__(self, parts, clock) -> None:
+        super().__init__(parts)
+        self.clock = clock
+        self.trained_at: list[float] = []
+        self.fused: list[tuple[float, list[int]]] = []
+
+    def train(self, round: int) -> None:
+        self.trained_at.append(self.clock())
+
+    def fuse(self, round: int, now: float) -> None:
+        self.fused.append((now, [r.sender for r in self.take_fresh()]))
+
+
+def _clocked_run(first, window, contacts=(), parts=()):
+    sim = None
+    algos = [Clocked(list(parts), lambda: float(sim.env.now)) for _ in first]
+    sim = OpportunisticSimulation(algos, ContactPlan(len(algos), list(contacts)),
+                                  AsyncSchedule(duration_s=200.0, train_period_s=50.0, eval_every_s=200.0,
+                                                batch_window_s=window),
+                                  Recorder(len(algos)), np.random.default_rng(0), max_message_bytes=2**20,
+                                  first_training_s=list(first))
+    sim.run()
+    return algos, sim
+
+
+def test_steps_started_in_one_batch_window_finish_together_at_its_end():
+    first = [3.0, 12.0, 17.0, 29.0, 31.0]
+    alone, sim = _clocked_run(first, 0.0)
+    assert [a.trained_at for a in alone] == [[f + 50 * k for k in range(4)] for f in first]
+    assert sim.stats()["devices_per_batch"] == 1.0
+    algos, sim = _clocked_run(first, 10.0)
+    # each step finishes (trains) at the end of its 10 s window; the clocks are not moved
+    assert [a.trained_at for a in algos] == [[w + 50 * k for k in range(4)] for w in (10.0, 20.0, 20.0, 30.0, 40.0)]
+    # devices 1 and 2 fall due in one window every period: 4 of the 5 devices act in 4 batches a period
+    assert (sim.steps_taken, sim.batches_taken) == (20, 16)
+    assert sim.stats()["devices_per_batch"] == 20 / 16
+
+
+def test_a_step_takes_its_inputs_when_it_starts_and_shares_when_its_window_ends():
+    """Device 1's step starts at 12 s and finishes at 20 s, with device 2's: device 0 meets it at
+    15 s and gets its share once the window ends; device 0's share (made at 10 s) reaches device 1
+    during the window but is fused only by device 1's next step."""
+    contacts = [make_contact(0, 1, 15.0, 25.0, MBIT, 0.0)]
+    algos, sim = _clocked_run([3.0, 12.0, 17.0], 10.0, contacts, parts=[("a", KB)])
+    (item,) = algos[0].got
+    assert (item.sender, item.round, item.sent_at) == (1, 0, 20.0) and item.received_at > 20.0
+    (mine,) = algos[1].got
+    assert mine.sender == 0 and 15.0 <= mine.received_at < 20.0
+    assert algos[1].fused == [(62.0, [0])]    # by its next step, not the one under way

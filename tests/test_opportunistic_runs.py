@@ -181,3 +181,33 @@ def test_every_registered_method_runs_over_contacts(repo_root):
         assert s["asynchronous"]["trainings_per_device"] == 10.0, name
         # fedhome's default 10 fine-tune rounds cover all 10 trainings: it never sends, by design
         assert (s["comm"]["transfers_started"] > 0) == (name not in ("local", "fedhome")), name
+
+
+def test_fedsub_steps_finishing_in_one_batch_window_sweep_together_and_match_one_at_a_time(repo_root, tmp_path,
+                                                                                       monkeypatch):
+    """A real FedSub run over contacts whose steps finish in 40 s windows, without the helper
+    process: the K sweeps of the steps finishing together go to one clustering call (problems
+    of equal size then stack), and the run equals the same run computed one device at a time
+    (``engine.batched_training=false``) to float rounding."""
+    from p2pfed.learning import clustering
+
+    calls = []
+    real = clustering.choose_k_by_dbi_many
+    monkeypatch.setattr(clustering, "choose_k_by_dbi_many",
+                        lambda sets, **kw: calls.append(len(sets)) or real(sets, **kw))
+    overrides = SMALL + KINDS["random-waypoint"] + ["asynchronous.batch_window_s=40", "engine.sweep_helper=false"]
+    loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", overrides)
+    batched = run_scenario(loaded, tmp_path / "batched", progress=False)
+    classes = loaded.scenario.dataset.synthetic.num_classes
+    assert batched["asynchronous"]["devices_per_batch"] > 1.5
+    assert max(calls) > classes          # problems of several devices in one call
+    calls.clear()
+    alone = run_scenario(load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                                       [*overrides, "engine.batched_training=false"]),
+                         tmp_path / "alone", progress=False)
+    assert max(calls) <= classes
+    assert alone["asynchronous"] == batched["asynchronous"]
+    assert alone["algorithm_stats"]["k_mean"] == batched["algorithm_stats"]["k_mean"]
+    f1 = [[float(r["f1_macro_mean"]) for r in csv.DictReader((tmp_path / run / "rounds.csv").open())]
+          for run in ("batched", "alone")]
+    np.testing.assert_allclose(f1[0], f1[1], atol=1e-4)

@@ -3,11 +3,11 @@
 Importing this package registers every method, so scenario names resolve.
 """
 
-from p2pfed.algorithms.base import (ALGORITHMS, Algorithm, ArtifactError, DeviceContext, Options,
-                                    Payload, Received, algorithm_class, register)
+from p2pfed.algorithms.base import (ALGORITHMS, Algorithm, ArtifactError, DeviceContext, LaterFusion, Options,
+                                    Payload, Received, algorithm_class, prepare_fusions, register)
 from p2pfed.algorithms import (  # noqa: F401  (registration)
     ditto, fedali, fedclar, fedhome, fedper, fedpews, fedprox, fedproto, fedrep, fedsub, gossip_avg, local,
     protohar, safl)
 
-__all__ = ["ALGORITHMS", "Algorithm", "ArtifactError", "DeviceContext", "Options", "Payload",
-           "Received", "algorithm_class", "register"]
+__all__ = ["ALGORITHMS", "Algorithm", "ArtifactError", "DeviceContext", "LaterFusion", "Options", "Payload",
+           "Received", "algorithm_class", "prepare_fusions", "register"]

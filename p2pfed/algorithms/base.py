@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -33,6 +33,10 @@ from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
+
+
+# A fusion job still waiting for work done elsewhere: call it to get the job (None: nothing to do).
+LaterFusion = Callable[[], FusionJob | None]
 
 
 class ArtifactError(ValueError):
@@ -197,9 +201,21 @@ class Algorithm(ABC):
         (``run_fusion_jobs``); None: nothing to compute (the default: a purely local method)."""
         return None
 
-    def start_fusion(self, round: int, now: float) -> FusionJob | None:
+    @classmethod
+    def prepare_fusions(cls, algorithms: Sequence[Algorithm], nows: Sequence[float], *,
+                        ahead: bool = False) -> None:
+        """Work that the fusions of several devices of this method, about to start at the same
+        instant (device i at ``nows[i]``), can do as one computation; each one's
+        ``start_fusion``, called next, finds it done. ``ahead``: the runtime finishes those
+        fusions later, so the work may be sent elsewhere and collected then. It must change no
+        result, only where and when it is computed. The default: none (FedSub runs the
+        devices' K sweeps in one call, or sends them to a helper process)."""
+
+    def start_fusion(self, round: int, now: float) -> FusionJob | LaterFusion | None:
         """What the device loop calls: the job of a method that fuses through ``fusion_job``, or
-        the whole ``fuse`` of one that overrides it (None then: nothing left)."""
+        the whole ``fuse`` of one that overrides it (None then: nothing left). The artifacts the
+        fusion uses are taken now (``take_fresh``); a method whose job needs work still under
+        way elsewhere returns a ``LaterFusion`` that yields the job once it is back."""
         if type(self).fuse is Algorithm.fuse:
             return self.fusion_job(round, now)
         self.fuse(round, now)
@@ -293,6 +309,18 @@ def _peer_order(key: Hashable) -> tuple:
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def prepare_fusions(algorithms: Sequence[Algorithm], nows: Sequence[float], *, ahead: bool = False) -> None:
+    """``Algorithm.prepare_fusions`` for devices about to fuse together, each method's devices
+    in one call."""
+    by_method: dict[type[Algorithm], tuple[list[Algorithm], list[float]]] = {}
+    for algo, now in zip(algorithms, nows, strict=True):
+        algos, times = by_method.setdefault(type(algo), ([], []))
+        algos.append(algo)
+        times.append(now)
+    for method, (algos, times) in by_method.items():
+        method.prepare_fusions(algos, times, ahead=ahead)
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

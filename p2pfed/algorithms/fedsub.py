@@ -40,7 +40,7 @@ class; ``algorithm_stats`` reports both byte counts.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -49,10 +49,10 @@ import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from p2pfed.algorithms.base import (Algorithm, ArtifactError, Options, Payload, Received,
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, LaterFusion, Options, Payload, Received,
                                     expect_array, register)
 from p2pfed.algorithms.state import array_from_state, array_state
-from p2pfed.learning.clustering import ClusteringCache
+from p2pfed.learning.clustering import Clustering, ClusteringCache
 from p2pfed.learning.collaborative import predict_missing
 from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job
@@ -211,6 +211,18 @@ class ClassPrototypes:
     visible: list[int] | None    # the visible classes they were computed for (input space)
 
 
+@dataclass(frozen=True)
+class _FusionView:
+    """What one fusion clusters: the devices in view, their held prototypes per class, and per
+    class the members clustered and their points (held or predicted)."""
+
+    view: dict[int, Artifacts]
+    held: dict[int, dict[int, np.ndarray]]
+    classes: list[int]
+    members_of: dict[int, list[int]]
+    point_sets: list[np.ndarray]
+
+
 STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
                  "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes")
 
@@ -230,6 +242,8 @@ class FedSub(Algorithm):
         self.clusterings.reserve(ctx.num_classes)
         self.last_k: dict[int, int] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
+        # (view, clusterings to come) that prepare_fusions worked out for the next start_fusion
+        self._prepared: tuple[_FusionView | None, Callable[[], list[Clustering]] | None] | None = None
         self.protos: ClassPrototypes | None = None
         self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
         self.counters: dict[str, int] = dict.fromkeys(STAT_COUNTERS, 0)
@@ -494,7 +508,9 @@ class FedSub(Algorithm):
             self._merge_peer(sender)
         return dropped
 
-    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+    def _fusion_view(self, now: float) -> _FusionView | None:
+        """After the TTL: the devices in view (this one and its peers), their prototypes held or
+        predicted (Alg. 3), and each class's clustering problem; None: no peer to fuse with."""
         self.drop_stale(now, self.options.cache_max_age_s)
         if self.own is None or not self._peers:
             return None
@@ -502,21 +518,77 @@ class FedSub(Algorithm):
         view = {me: self.own, **self._peers}
         held = {m: a.prototype_of for m, a in view.items()}
         predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
+        # members with a real or a predicted prototype for c are clustered; only those with real
+        # data for c have a subnetwork to fuse
+        classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
+        members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
+        point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
+                      for c in classes]
+        return _FusionView(view, held, classes, members_of, point_sets)
+
+    def _cluster(self, point_sets: list[np.ndarray], *, later: bool = False):
+        """Every class's K sweep in one batched call (equal to one call per class); ``later``:
+        a function that answers them, the sweeps sent to the helper process meanwhile."""
+        o = self.options
+        params = dict(k_max=o.max_k, n_init=o.kmeans_n_init, min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
+        if later:
+            return self.clusterings.cluster_many_later(point_sets, **params)
+        return self.clusterings.cluster_many(point_sets, **params)
+
+    @classmethod
+    def prepare_fusions(cls, algorithms: Sequence[Algorithm], nows: Sequence[float], *,
+                        ahead: bool = False) -> None:
+        """The K sweeps of every device about to fuse, in one call per shared cache and options:
+        problems of equal size from different devices then run as one stacked computation
+        (equal results: a sweep does not depend on what it is computed with); ``ahead``: sent
+        to the helper process, if the runtime has one, and collected when the fusion finishes.
+        Each device keeps its view and its clusterings to come for its ``start_fusion``, next."""
+        groups: dict[tuple[int, Any], list[tuple[FedSub, _FusionView]]] = {}
+        for algo, now in zip(algorithms, nows, strict=True):
+            assert isinstance(algo, FedSub)
+            seen = algo._fusion_view(now)
+            algo._prepared = (seen, None)
+            if seen is not None:
+                o = algo.options
+                key = (id(algo.clusterings), (o.max_k, o.kmeans_n_init, o.min_cluster_size, o.k_rule))
+                groups.setdefault(key, []).append((algo, seen))
+        for members in groups.values():
+            point_sets = [p for _, seen in members for p in seen.point_sets]
+            answer = members[0][0]._cluster(point_sets, later=True) if ahead else _known(members[0][0]._cluster(point_sets))
+            start = 0
+            for algo, seen in members:
+                part = slice(start, start + len(seen.point_sets))
+                algo._prepared = (seen, lambda part=part: answer()[part])
+                start = part.stop
+
+    def start_fusion(self, round: int, now: float) -> LaterFusion | None:
+        """Take the view and the artifacts it uses now; the job once the K sweeps are back
+        (prepared by ``prepare_fusions``, else computed now)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            seen = self._fusion_view(now)
+            prepared = (seen, None if seen is None else _known(self._cluster(seen.point_sets)))
+        seen, answer = prepared
+        if seen is None:
+            return None
+        self.take_fresh()
+        return lambda: self._fusion_from(seen, answer())
+
+    def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        later = self.start_fusion(round, now)
+        return None if later is None else later()
+
+    def _fusion_from(self, seen: _FusionView, clusterings: list[Clustering]) -> FusionJob | None:
+        """Alg. 2 on the device: each class's cluster, the requests to cluster-mates, and the
+        weighted sums of the mates' rows (``row_fusion``)."""
+        me, o = self.ctx.device_id, self.options
+        view, held, classes, members_of = seen.view, seen.held, seen.classes, seen.members_of
         model = self.ctx.model
         clusters: list[ClassCluster] = []
         member_values: list[dict[str, torch.Tensor]] = []
         position: dict[int, int] = {}   # device id -> index into member_values
         requests: dict[int, list[int]] = {}
         self.last_predicted = 0
-        # Alg. 3 then clustering: members with a real or a predicted prototype for c are
-        # clustered; only those with real data for c have a subnetwork to fuse. Every class's
-        # K sweep runs in one batched call (equal to one call per class).
-        classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
-        members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
-        point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
-                      for c in classes]
-        clusterings = self.clusterings.cluster_many(point_sets, k_max=o.max_k, n_init=o.kmeans_n_init,
-                                                    min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
         for c, clustering in zip(classes, clusterings, strict=True):
             members = members_of[c]
             self.last_k[c] = clustering.k
@@ -543,7 +615,6 @@ class FedSub(Algorithm):
                                          units=self._fusable(np.stack([view[m].unit_row[c] for m in mates])),
                                          scores=[view[m].score_of[c] for m in mates]))
         self.requests = requests
-        self.take_fresh()
         targets = {n: p.detach() for n, p in model.named_parameters()}
         return row_fusion_job(targets, member_values, clusters, o.fusion, len(model.layers))
 
@@ -553,6 +624,11 @@ class FedSub(Algorithm):
         n["k_sum"] += k
         n["literal_k_sum"] += literal_k
         n["cluster_size_sum"] += cluster_size
+
+
+def _known(clusterings: list[Clustering]) -> Callable[[], list[Clustering]]:
+    """Clusterings already computed, answered like ones to come."""
+    return lambda: clusterings
 
 
 def _key_order(key: Any) -> tuple:

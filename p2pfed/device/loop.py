@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2pfed.algorithms import Algorithm, Received
+from p2pfed.algorithms import Algorithm, LaterFusion, Received, prepare_fusions
 from p2pfed.device.wire import encode_share
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
@@ -39,11 +39,16 @@ class Outgoing:
 
 @dataclass(frozen=True)
 class PendingFusion:
-    """A fusion whose bookkeeping is done and whose arithmetic (``job``; None: none left) is not
-    yet: the runtime runs the jobs of devices acting together in one go."""
+    """A fusion whose inputs are taken (the artifacts it uses, marked used) and whose arithmetic
+    is not done yet: the runtime runs the jobs of devices acting together in one go. ``job`` is
+    the arithmetic, or what yields it once work sent elsewhere is back (``LaterFusion``: FedSub's
+    K sweeps in a helper process); None: none left."""
 
-    job: FusionJob | None
+    job: FusionJob | LaterFusion | None
     used: list[Received]   # the artifacts this fusion used for the first time
+
+    def resolved_job(self) -> FusionJob | None:
+        return self.job() if callable(self.job) else self.job
 
 
 class DeviceLoop:
@@ -83,8 +88,9 @@ class DeviceLoop:
         fusion or after the training. A device that does not take part this round (``train``
         False) still fuses and evaluates, but neither trains nor shares."""
         pending = self.start_fusion(round)
-        if pending is not None and pending.job is not None:
-            pending.job.run()
+        job = pending.resolved_job() if pending is not None else None
+        if job is not None:
+            job.run()
         self.finish_fusion(pending)
         if evaluate and self.evaluate_when == "after-fusion":
             self.evaluate(round)
@@ -97,14 +103,24 @@ class DeviceLoop:
     def start_fusion(self, round: int) -> PendingFusion | None:
         """Visible data, stale artifacts, and the fusion up to its arithmetic (None: nothing new
         to fuse)."""
-        algo, now = self.algorithm, self.clock()
+        if not self.wants_fusion(round):
+            return None
+        return self.fusion_pending(round)
+
+    def wants_fusion(self, round: int) -> bool:
+        """Set this round's visible data and drop stale artifacts; whether anything new is left
+        to fuse (the first half of ``start_fusion``)."""
+        algo = self.algorithm
         if self.visible_classes is not None:
             algo.ctx.set_visible_classes(self.visible_classes(round))
-        algo.drop_stale(now, self.max_age_s)
-        if not algo.has_new():
-            return None
+        algo.drop_stale(self.clock(), self.max_age_s)
+        return algo.has_new()
+
+    def fusion_pending(self, round: int) -> PendingFusion:
+        """The fusion of a device that ``wants_fusion``, up to its arithmetic."""
+        algo = self.algorithm
         before = [r for r in algo.cache.values() if r.fresh]
-        job = algo.start_fusion(round, now)
+        job = algo.start_fusion(round, self.clock())
         return PendingFusion(job, [r for r in before if not r.fresh])
 
     def finish_fusion(self, pending: PendingFusion | None) -> None:
@@ -149,18 +165,44 @@ class DeviceLoop:
         self.actions, self.fusions = int(state["actions"]), int(state["fusions"])
 
 
-def act_together(loops: Sequence[DeviceLoop], round: int, *, train: Sequence[bool], evaluate: bool,
-                 batched: bool = True) -> list[list[Outgoing]]:
-    """``act`` for devices that act at the same instant, returning each one's shares.
+def act_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, train: Sequence[bool],
+                 evaluate: bool, batched: bool = True) -> list[list[Outgoing]]:
+    """``act`` for devices that act at the same instant, returning each one's shares; ``rounds``
+    is the round (or interval) of all of them, or each one's own (devices on their own clocks):
+    ``start_together`` then ``finish_together``.
 
-    When ``batched``, the arithmetic of every device's fusion runs in one go (``run_fusion_jobs``),
-    the devices whose method offers a plain ``training_job`` train as one batched computation per
-    architecture (``train_jobs``), the others through their own ``train``, and the evaluations run
-    together (``evaluate_together``). A device's round touches only its own state, so this equals
-    acting one device after the other (exactly with ``batched`` False; to float rounding
-    otherwise)."""
-    pending = [loop.start_fusion(round) for loop in loops]
-    jobs = [p.job for p in pending if p is not None and p.job is not None]
+    A device's round touches only its own state, so this equals acting one device after the
+    other (exactly with ``batched`` False; to float rounding otherwise)."""
+    rounds = _per_device(rounds, len(loops))
+    pending = start_together(loops, rounds, batched=batched)
+    return finish_together(loops, rounds, pending, train=train, evaluate=evaluate, batched=batched)
+
+
+def start_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, batched: bool = True,
+                   ahead: bool = False) -> list[PendingFusion | None]:
+    """The first half of ``act_together``: each device's fusion up to its arithmetic. When
+    ``batched``, the methods first prepare their fusions together (``prepare_fusions``: FedSub's
+    K sweeps in one call, over both cores); ``ahead``: the caller finishes them later, having
+    done other work meanwhile, so that work may run elsewhere in the meantime (FedSub's sweeps
+    go to a helper process)."""
+    rounds = _per_device(rounds, len(loops))
+    fusing = [loop.wants_fusion(r) for loop, r in zip(loops, rounds, strict=True)]
+    if batched:
+        prepare_fusions([loop.algorithm for loop, wants in zip(loops, fusing) if wants],
+                        [loop.clock() for loop, wants in zip(loops, fusing) if wants], ahead=ahead)
+    return [loop.fusion_pending(r) if wants else None for loop, r, wants in zip(loops, rounds, fusing)]
+
+
+def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
+                    pending: Sequence[PendingFusion | None], *, train: Sequence[bool], evaluate: bool,
+                    batched: bool = True) -> list[list[Outgoing]]:
+    """The second half of ``act_together``, from the started fusions (``start_together``). When
+    ``batched``, the arithmetic of every device's fusion runs in one go (``run_fusion_jobs``),
+    the devices whose method offers a plain ``training_job`` train as one batched computation
+    per architecture (``train_jobs``), the others through their own ``train``, and the
+    evaluations run together (``evaluate_together``)."""
+    rounds = _per_device(rounds, len(loops))
+    jobs = [job for job in (p.resolved_job() for p in pending if p is not None) if job is not None]
     if batched:
         run_fusion_jobs(jobs)
     else:
@@ -168,34 +210,44 @@ def act_together(loops: Sequence[DeviceLoop], round: int, *, train: Sequence[boo
             job.run()
     for loop, fusion in zip(loops, pending, strict=True):
         loop.finish_fusion(fusion)
-    when = {loop.evaluate_when for loop in loops}
-    if evaluate and "after-fusion" in when:
-        evaluate_together([loop for loop in loops if loop.evaluate_when == "after-fusion"], round,
-                          batched=batched)
+    if evaluate:
+        _evaluate_where(loops, rounds, "after-fusion", batched)
     training: list[TrainingJob] = []
-    for loop, takes_part in zip(loops, train, strict=True):
+    for loop, r, takes_part in zip(loops, rounds, train, strict=True):
         if not takes_part:
             continue
-        job = loop.algorithm.training_job(round) if batched else None
+        job = loop.algorithm.training_job(r) if batched else None
         if job is None:
-            loop.algorithm.train(round)
+            loop.algorithm.train(r)
         else:
             training.append(job)
     train_jobs(training)
-    if evaluate and "after-training" in when:
-        evaluate_together([loop for loop in loops if loop.evaluate_when == "after-training"], round,
-                          batched=batched)
-    return [loop.share(round, train=takes_part) for loop, takes_part in zip(loops, train, strict=True)]
+    if evaluate:
+        _evaluate_where(loops, rounds, "after-training", batched)
+    return [loop.share(r, train=takes_part) for loop, r, takes_part in zip(loops, rounds, train, strict=True)]
 
 
-def evaluate_together(loops: Sequence[DeviceLoop], round: int, *, batched: bool = True) -> None:
-    """Every device's evaluation at one instant: the models they would use, scored together
-    (``evaluate_many``) when ``batched``."""
+def _per_device(rounds: int | Sequence[int], count: int) -> list[int]:
+    return [rounds] * count if isinstance(rounds, int) else list(rounds)
+
+
+def _evaluate_where(loops: Sequence[DeviceLoop], rounds: list[int], when: str, batched: bool) -> None:
+    """The due evaluations of the devices that evaluate at this point of ``act`` (``when``)."""
+    chosen = [i for i, loop in enumerate(loops) if loop.evaluate_when == when]
+    if chosen:
+        evaluate_together([loops[i] for i in chosen], [rounds[i] for i in chosen], batched=batched)
+
+
+def evaluate_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *,
+                      batched: bool = True) -> None:
+    """Every device's evaluation at one instant, under ``rounds`` (one for all, or each one's):
+    the models they would use, scored together (``evaluate_many``) when ``batched``."""
+    rounds = _per_device(rounds, len(loops))
     scored = [(loop, loop.algorithm.scored_model() if batched else None) for loop in loops]
     together = [(loop, model) for loop, model in scored if model is not None]
     ctxs = [loop.algorithm.ctx for loop, _ in together]
     evaluations = evaluate_many([model for _, model in together], [c.x_test for c in ctxs],
                                 [c.y_test for c in ctxs])
     done = {id(loop): evaluation for (loop, _), evaluation in zip(together, evaluations, strict=True)}
-    for loop in loops:
-        loop.evaluate(round, done.get(id(loop)))
+    for loop, r in zip(loops, rounds, strict=True):
+        loop.evaluate(r, done.get(id(loop)))

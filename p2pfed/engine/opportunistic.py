@@ -1,7 +1,10 @@
 """The opportunistic runtime: no rounds, devices learn on their own clocks and talk only in contact.
 
 Each device is a SimPy process that acts through its ``DeviceLoop`` every ``train_period_s``
-(± jitter): fuse what arrived since its last fusion, train, share. Its share is split into parts
+(± jitter): fuse what arrived since its last fusion, train, share. With a batch window
+(``batch_window_s``) a step takes its inputs when it falls due and finishes at the end of its
+window, with every other step started in the window, as one batched computation (at 1,000
+devices, ~100 steps a window; FedSub's K sweeps go meanwhile to a helper process). Its share is split into parts
 (``share_parts``) so a short contact can still deliver the small ones; everything that arrives
 goes through the device's ``Intake``. When a contact starts, each direction runs one
 transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
@@ -24,7 +27,9 @@ import numpy as np
 import simpy
 
 from p2pfed.algorithms import Algorithm, Received
-from p2pfed.device import DeviceLoop, IntakeRules, encode_share, evaluate_together
+from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, encode_share, evaluate_together, finish_together,
+                           start_together)
+from p2pfed.device.loop import PendingFusion
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
@@ -41,6 +46,7 @@ class AsyncSchedule:
     send_policy: str = "smallest-first"
     max_age_s: float | None = None     # TTL of cached and carried artifacts
     loss_rate: float = 0.0             # chance that a fully sent message is lost
+    batch_window_s: float = 0.0        # > 0: steps started in one window finish together at its end
 
 
 @dataclass(frozen=True)
@@ -93,9 +99,11 @@ class OpportunisticSimulation:
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  forwarding: Forwarding = Forwarding(), offline: list[tuple[int, float, float]] = (),
                  first_training_s: list[float] | None = None,
-                 on_time: Callable[[float], None] | None = None) -> None:
+                 on_time: Callable[[float], None] | None = None, batched: bool = True) -> None:
         """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
-        trains (default: a uniform random phase within one period, so clocks are not aligned)."""
+        trains (default: a uniform random phase within one period, so clocks are not aligned);
+        ``batched``: steps finishing together (``schedule.batch_window_s``) batch their arithmetic
+        (``finish_together``; ``engine.batched_training``)."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
         self.env = simpy.Environment()
@@ -108,6 +116,7 @@ class OpportunisticSimulation:
         self.forwarding = forwarding
         self.offline = sorted(offline, key=lambda x: (x[1], x[0]))
         self.on_time = on_time
+        self.batched = batched
         self.first_training_s = (list(first_training_s) if first_training_s is not None else
                                  list(rng.uniform(0, schedule.train_period_s, len(algorithms))))
         n = len(algorithms)
@@ -124,6 +133,9 @@ class OpportunisticSimulation:
         self.news = [self.env.event() for _ in range(n)]
         self.switched = [self.env.event() for _ in range(n)]
         self.went_offline = [self.env.event() for _ in range(n)]
+        self.batches: dict[float, list[tuple[int, PendingFusion | None]]] = {}   # window end -> steps started
+        self.steps_taken = 0                        # device steps, and the batches they took
+        self.batches_taken = 0
 
     def _or_churn(self, event: simpy.Event, *pulses: simpy.Event) -> simpy.Event:
         """``event | pulse | ...`` with the churn pulses left out of a run without churn: they
@@ -138,19 +150,56 @@ class OpportunisticSimulation:
 
     # -- learning on each device's own clock -------------------------------------------------
     def _device(self, i: int):
+        """Device i's clock: a step every period (± jitter) from its first. Without a batch
+        window the step happens at once; with one, it starts at once (what the device holds now
+        is what it fuses) and finishes at the end of its window (``_window_end``), together
+        with every step started in that window (``_finish_batch``)."""
         sch = self.schedule
         yield self.env.timeout(float(self.first_training_s[i]))
         while self.env.now < sch.duration_s:
             if self.state[i].online:
-                self._step(i)
+                if sch.batch_window_s:
+                    self._start_step(i)
+                else:
+                    self._act([i], [self.loops[i].act(self.loops[i].actions)])
             jitter = float(self.rng.uniform(-sch.train_jitter_s, sch.train_jitter_s))
             yield self.env.timeout(sch.train_period_s + jitter)
 
-    def _step(self, i: int) -> None:
+    def _window_end(self, now: float) -> float:
+        """The end of the batch window [k w, (k+1) w) that ``now`` falls in (a step on a
+        boundary finishes at once)."""
+        w = self.schedule.batch_window_s
+        return float(np.ceil(now / w - 1e-9)) * w
+
+    def _start_step(self, i: int) -> None:
+        """Start device i's step now (``start_together``: its fusion's inputs are taken now and
+        its K sweeps may go to a helper process) and queue it for the end of its window; the
+        first step of a window starts the process that finishes them all."""
         loop = self.loops[i]
-        self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, Frame(out.data), out.to)
-                             for out in loop.act(loop.actions)]
-        self._pulse(self.news, i)
+        (pending,) = start_together([loop], [loop.actions], batched=self.batched, ahead=True)
+        end = self._window_end(float(self.env.now))
+        batch = self.batches.get(end)
+        if batch is None:
+            batch = self.batches[end] = []
+            self.env.process(self._finish_batch(end))
+        batch.append((i, pending))
+
+    def _finish_batch(self, end: float):
+        yield self.env.timeout(end - self.env.now)
+        devices, pending = zip(*self.batches.pop(end))
+        loops = [self.loops[i] for i in devices]
+        self._act(list(devices), finish_together(loops, [loop.actions for loop in loops], pending,
+                                                 train=[True] * len(loops), evaluate=False,
+                                                 batched=self.batched))
+
+    def _act(self, devices: list[int], shares: list[list[Outgoing]]) -> None:
+        """The devices acted (together, when several): offer what each one shared."""
+        self.steps_taken += len(devices)
+        self.batches_taken += 1
+        for i, outgoing in zip(devices, shares, strict=True):
+            self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, Frame(out.data), out.to)
+                                 for out in outgoing]
+            self._pulse(self.news, i)
 
     def _interval(self) -> int:
         """The evaluation interval (0-based) traffic is counted in: rounds.csv rows are cumulative
@@ -301,5 +350,6 @@ class OpportunisticSimulation:
             "trainings_per_device": sum(loop.actions for loop in self.loops) / n,
             "fusions_per_device": sum(loop.fusions for loop in self.loops) / n,
             "mean_fused_age_s": self.recorder.mean_fused_age_s,
+            "devices_per_batch": self.steps_taken / self.batches_taken if self.batches_taken else None,
             "offline_fraction": sum(s.offline_s for s in self.state) / n / max(self.schedule.duration_s, 1e-12),
         }

@@ -22,6 +22,8 @@ from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
+from p2pfed.learning.clustering import ClusteringCache
+from p2pfed.learning.sweep_helper import SweepHelper
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.summary import build_summary
@@ -29,7 +31,7 @@ from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build
                                   load_scenario_dataset)
 from p2pfed.scenario.loader import LoadedScenario, dump
 from p2pfed.scenario.randomness import int_seed, stream
-from p2pfed.scenario.threads import apply_torch_threads
+from p2pfed.scenario.threads import apply_torch_threads, sweep_helper_wanted
 
 CHECKPOINT_KIND = "simulation"
 
@@ -61,18 +63,27 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
     if expected_degree(loaded, n) is None:
         check_memory(loaded, dataset, graph)
-    algorithms = build_algorithms(loaded, dataset)
+    helper = SweepHelper() if sweep_helper_wanted(sc.engine.sweep_helper) else None
+    algorithms = build_algorithms(loaded, dataset, {"clustering": ClusteringCache(
+        compute=helper.choose_k_by_dbi_many if helper is not None else None,
+        submit=helper.submit if helper is not None else None)})
     recorder = Recorder(n)
     plan = None
-    if sc.contacts.kind == "none":
-        sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing)
-        if sim_time is None:
-            return None
-    else:
-        if checkpointing is not None:
-            raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
-                             "(contacts.kind: none) only")
-        sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress)
+    try:
+        if sc.contacts.kind == "none":
+            sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing)
+            if sim_time is None:
+                return None
+        else:
+            if checkpointing is not None:
+                raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
+                                 "(contacts.kind: none) only")
+            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress)
+    finally:
+        if helper is not None:
+            helper.close()
+    if helper is not None:
+        extra["sweep_helper"] = {"batches_split": helper.batches_split, "problems_sent": helper.problems_sent}
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
@@ -143,7 +154,8 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
     schedule = AsyncSchedule(duration_s=duration, train_period_s=a.train_period_s,
                              train_jitter_s=a.train_jitter_s,
                              eval_every_s=sc.evaluation.every_s or duration / 20,
-                             send_policy=a.send_policy, max_age_s=a.max_age_s, loss_rate=c.loss_rate)
+                             send_policy=a.send_policy, max_age_s=a.max_age_s, loss_rate=c.loss_rate,
+                             batch_window_s=a.batch_window_s)
     forwarding = Forwarding(hop_limit=fw.hop_limit if fw.enabled else 1, parts=tuple(fw.parts),
                             buffer_items=fw.buffer_items)
     offline = []
@@ -160,7 +172,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
 
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
-                                  offline=offline, on_time=on_time)
+                                  offline=offline, on_time=on_time, batched=sc.engine.batched_training)
     try:
         sim_time = sim.run()
     finally:

@@ -402,12 +402,22 @@ class ClusteringCache:
     sweep. Keys are a BLAKE2b digest of dtype, shape and bytes, so memory stays bounded by
     ``maxsize`` results rather than by the prototypes themselves. The returned
     :class:`Clustering` is shared: treat it (including ``dbi_by_k``) as read-only.
+    ``compute`` does the misses of :meth:`cluster_many` (default :func:`choose_k_by_dbi_many`);
+    ``submit`` sends those of :meth:`cluster_many_later` off, returning a future (None: they wait
+    to be computed together). A runtime passes ``sweep_helper.SweepHelper``'s, which use a second
+    core.
     """
 
-    def __init__(self, maxsize: int = 4096) -> None:
+    def __init__(self, maxsize: int = 4096, compute: Callable[..., list[Clustering]] | None = None,
+                 submit: Callable[..., Any] | None = None) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be >= 1")
         self.maxsize = maxsize
+        self.compute = compute or choose_k_by_dbi_many
+        self.submit = submit
+        # cluster_many_later's requests not computed yet: (contents to compute, their answers, params)
+        self._waiting: list[tuple[dict[tuple[Any, ...], np.ndarray], dict[tuple[Any, ...], Clustering],
+                                  dict[str, Any]]] = []
         self.hits = 0
         self.misses = 0
         self._store: OrderedDict[tuple[Any, ...], Clustering] = OrderedDict()
@@ -434,7 +444,47 @@ class ClusteringCache:
 
     def cluster_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
         """:meth:`cluster` for each point set: cached contents are answered from the cache, the
-        others (each distinct content once) go to one :func:`choose_k_by_dbi_many` call."""
+        others (each distinct content once) go to one ``compute`` call."""
+        keys, found, todo = self._lookup(point_sets, params)
+        self._keep(found, todo, self.compute(list(todo.values()), **params) if todo else [])
+        return [found[key] for key in keys]
+
+    def cluster_many_later(self, point_sets: Sequence[np.ndarray], **params: Any
+                           ) -> Callable[[], list[Clustering]]:
+        """:meth:`cluster_many`, answered when the returned function is called. With ``submit``
+        (a helper process) the contents not in the cache are sent off now and computed while
+        the caller goes on; without, they wait, and the first answer asked for computes every
+        waiting request in one ``compute`` call (the requests of devices that finish together
+        then stack, as in :meth:`cluster_many`)."""
+        keys, found, todo = self._lookup(point_sets, params)
+        future = self.submit(list(todo.values()), **params) if todo and self.submit is not None else None
+        if todo and future is None:
+            self._waiting.append((todo, found, params))
+
+        def answer() -> list[Clustering]:
+            if not all(key in found for key in todo):
+                if future is not None:
+                    self._keep(found, todo, future.result())
+                else:
+                    self._compute_waiting()
+            return [found[key] for key in keys]
+        return answer
+
+    def _compute_waiting(self) -> None:
+        """Every waiting request of :meth:`cluster_many_later`, one ``compute`` call per params."""
+        waiting, self._waiting = self._waiting, []
+        by_params: dict[tuple[Any, ...], tuple[dict[str, Any], dict[tuple[Any, ...], np.ndarray]]] = {}
+        for todo, _, params in waiting:
+            by_params.setdefault(tuple(sorted(params.items())), (params, {}))[1].update(todo)
+        done: dict[tuple[Any, ...], Clustering] = {}
+        for params, todo in by_params.values():
+            self._keep(done, todo, self.compute(list(todo.values()), **params))
+        for todo, found, _ in waiting:
+            found.update((key, done[key]) for key in todo)
+
+    def _lookup(self, point_sets: Sequence[np.ndarray], params: dict[str, Any]
+                ) -> tuple[list[tuple[Any, ...]], dict[tuple[Any, ...], Clustering], dict[tuple[Any, ...], np.ndarray]]:
+        """Each set's key, the results already known, and the distinct contents to compute."""
         keys = [self._key(p, params) for p in point_sets]
         found: dict[tuple[Any, ...], Clustering] = {}
         todo: dict[tuple[Any, ...], np.ndarray] = {}
@@ -450,16 +500,19 @@ class ClusteringCache:
                     self.hits += 1  # a repeat within this call: computed once
                 else:
                     todo[key] = points
-        computed = choose_k_by_dbi_many(list(todo.values()), **params) if todo else []
+        return keys, found, todo
+
+    def _keep(self, found: dict[tuple[Any, ...], Clustering], todo: dict[tuple[Any, ...], np.ndarray],
+              computed: Sequence[Clustering]) -> None:
+        """Record the computed results (in ``todo``'s order) in ``found`` and in the cache."""
         with self._lock:
-            for key, result in zip(todo, computed):
+            for key, result in zip(todo, computed, strict=True):
                 self.misses += 1
                 found[key] = result
                 self._store[key] = result
                 self._store.move_to_end(key)
             while len(self._store) > self.maxsize:
                 self._store.popitem(last=False)
-        return [found[key] for key in keys]
 
     def cluster(self, points: np.ndarray, **params: Any) -> Clustering:
         """Return the cached clustering for this exact content, computing it on a miss."""

@@ -81,8 +81,10 @@ def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
                           latency_s=topo.latency_s)
 
 
-def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset) -> list[Algorithm]:
-    shared: dict = {}
+def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset,
+                     shared: dict | None = None) -> list[Algorithm]:
+    """Every device's method; ``shared``: the runtime-wide memo tables they share (new if None)."""
+    shared = {} if shared is None else shared
     pool = pooled_test_data(dataset) if loaded.scenario.evaluation.generalization else None
     return [build_algorithm(loaded, dataset, i, shared, pooled_test=pool) for i in range(len(dataset.devices))]
 

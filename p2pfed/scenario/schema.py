@@ -150,6 +150,9 @@ class EngineSection(Section):
     # A synchronous round trains the devices whose methods train plainly as one batched
     # computation (equal to one at a time to float rounding); false: one model at a time.
     batched_training: bool = True
+    # FedSub's K sweeps of devices fusing together split with one helper process (a second
+    # core); "auto": when the machine has two cores or more and this is not a sweep worker.
+    sweep_helper: bool | Literal["auto"] = "auto"
 
     @field_validator("torch_threads")
     @classmethod
@@ -233,11 +236,15 @@ class AsynchronousSection(Section):
     train_jitter_s: float = Field(0.0, ge=0)
     send_policy: Literal["smallest-first", "largest-first", "whole"] = "smallest-first"
     max_age_s: float | None = Field(None, gt=0)
+    batch_window_s: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _jitter_below_period(self) -> AsynchronousSection:
         if self.train_jitter_s >= self.train_period_s:
             raise ValueError("asynchronous.train_jitter_s must be below asynchronous.train_period_s")
+        if self.batch_window_s >= self.train_period_s - self.train_jitter_s:
+            raise ValueError("asynchronous.batch_window_s must be below asynchronous.train_period_s minus "
+                             "asynchronous.train_jitter_s (a device's step finishes before its next starts)")
         return self
 
 

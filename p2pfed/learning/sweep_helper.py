@@ -1,0 +1,232 @@
+"""A second process for FedSub's K sweeps, so a simulation uses two cores.
+
+The simulation itself runs in one Python process, on one core, and FedSub's K sweeps are
+independent problems that are much of its time. :class:`SweepHelper` runs them in one spawned
+process, two ways:
+
+* ``choose_k_by_dbi_many``: when many devices fuse at one instant (a synchronous round), part
+  of their sweeps go to the helper and the rest are computed here meanwhile. Problems are split
+  by size, whole groups of one size at a time (they stack), the larger groups first, each to
+  the side with less work so far; a batch of fewer than ``min_problems`` stays here (sending it
+  would cost more than it saves);
+* ``submit``: a device's sweeps go to the helper and the simulation goes on; the answer is
+  collected when the device's fusion finishes (a contact run's batch window,
+  ``asynchronous.batch_window_s``), by then usually long done.
+
+Results are equal to computing them all here: the helper runs the same function on the same
+arrays, and a sweep does not depend on what it is computed with (``choose_k_by_dbi_many``).
+
+The requests travel over a plain pipe, written by the simulation's own thread: an executor's
+queue threads, competing for the interpreter lock at every request, made the contact run slower
+than without the helper (187 s against 155 s for its first 1.5 hours, measured). In the helper a
+reader thread takes requests off the pipe as they come, so a request never waits for the
+computation of the one before it to be written.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from p2pfed.learning.clustering import Clustering, choose_k_by_dbi_many
+
+MIN_PROBLEMS = 24
+
+
+class SweepHelper:
+    """One helper process (started on first use) that computes K sweeps for the simulation."""
+
+    def __init__(self, min_problems: int = MIN_PROBLEMS) -> None:
+        self.min_problems = min_problems
+        self.batches_split = 0        # batches shared with the helper (choose_k_by_dbi_many)
+        self.problems_sent = 0        # problems the helper computed, either way
+        self._process: Any = None
+        self._requests: Connection | None = None
+        self._answers: Connection | None = None
+        self._sent = 0
+        self._received: dict[int, Any] = {}
+        self._unanswered: dict[int, tuple[list[np.ndarray], dict[str, Any]]] = {}
+        self.failed: str | None = None   # why the helper stopped working (then all runs here)
+
+    def choose_k_by_dbi_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
+        """:func:`~p2pfed.learning.clustering.choose_k_by_dbi_many`, part of it in the helper."""
+        if len(point_sets) < self.min_problems:
+            return choose_k_by_dbi_many(point_sets, **params)
+        sent, kept = _split_by_size(point_sets)
+        if not sent:
+            return choose_k_by_dbi_many(point_sets, **params)
+        answer = self.submit([point_sets[i] for i in sent], **params)
+        results: list[Clustering | None] = [None] * len(point_sets)
+        for i, result in zip(kept, choose_k_by_dbi_many([point_sets[i] for i in kept], **params), strict=True):
+            results[i] = result
+        for i, result in zip(sent, answer.result(), strict=True):
+            results[i] = result
+        self.batches_split += 1
+        return results  # type: ignore[return-value]
+
+    def submit(self, point_sets: Sequence[np.ndarray], **params: Any) -> _Answer:
+        """Send these sweeps to the helper; the answer's ``result()`` is their clusterings."""
+        number = self._sent
+        self._sent += 1
+        self._unanswered[number] = (list(point_sets), params)
+        if self.failed is None:
+            try:
+                if self._requests is None:
+                    self._start()
+                self._collect(block_for=None)
+                self._requests.send((number, list(point_sets), params))
+                self.problems_sent += len(point_sets)
+            except (OSError, EOFError) as error:
+                self._give_up(error)
+        return _Answer(self, number)
+
+    def _result(self, number: int) -> list[Clustering]:
+        if self.failed is None:
+            try:
+                self._collect(block_for=number)
+            except (OSError, EOFError) as error:
+                self._give_up(error)
+        point_sets, params = self._unanswered.pop(number)
+        outcome = self._received.pop(number, None)
+        if outcome is None:   # the helper is gone: computed here
+            return choose_k_by_dbi_many(point_sets, **params)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _collect(self, block_for: int | None) -> None:
+        """Read the answers already back (they would fill the pipe), and, with ``block_for``,
+        wait until that request's is."""
+        while self._answers.poll() or (block_for is not None and block_for not in self._received):
+            number, outcome = self._answers.recv()
+            self._received[number] = outcome
+
+    def _give_up(self, error: BaseException) -> None:
+        """The helper could not start or stopped (e.g. a script without the ``if __name__ ==
+        "__main__"`` guard that a spawned process needs): warn once, compute here from now on."""
+        self.failed = f"{type(error).__name__}: {error}"
+        warnings.warn(f"the K-sweep helper process stopped ({self.failed}); computing the sweeps in the "
+                      "simulation's process (engine.sweep_helper: false does so from the start)",
+                      RuntimeWarning, stacklevel=3)
+        self.close()
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        requests_in, self._requests = ctx.Pipe(duplex=False)
+        self._answers, answers_out = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=_serve, args=(requests_in, answers_out), daemon=True,
+                                    name="p2pfed-sweep-helper")
+        self._process.start()
+        requests_in.close()
+        answers_out.close()
+
+    def close(self) -> None:
+        """Stop the helper process (a later request starts a new one, unless it failed)."""
+        if self._requests is None:
+            return
+        try:
+            self._requests.send(None)
+            while self._process.is_alive():   # it answers what is left first: drain the pipe
+                if self._answers.poll(0.05):
+                    self._answers.recv()
+        except (OSError, EOFError):
+            pass
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.terminate()
+        self._requests.close()
+        self._answers.close()
+        self._requests = self._answers = self._process = None
+
+
+class _Answer:
+    """A request sent to the helper; ``result()`` waits for its clusterings."""
+
+    def __init__(self, helper: SweepHelper, number: int) -> None:
+        self._helper, self._number = helper, number
+        self._value: list[Clustering] | None = None
+
+    def result(self) -> list[Clustering]:
+        if self._value is None:
+            self._value = self._helper._result(self._number)
+        return self._value
+
+
+def _serve(requests: Connection, answers: Connection) -> None:
+    """The helper's loop: a reader thread queues the requests as they arrive; this thread
+    computes every request waiting at once, in one call, and sends each answer back."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"    # the two processes already fill the two cores
+    sys.setswitchinterval(1e-4)   # the reader gets the lock soon after a request arrives
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while True:
+            try:
+                message = requests.recv()
+            except EOFError:
+                message = None
+            inbox.put(message)
+            if message is None:
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    while (message := inbox.get()) is not None:
+        batch = [message]
+        while True:   # every request already waiting joins: problems of one size then stack
+            try:
+                message = inbox.get_nowait()
+            except queue.Empty:
+                break
+            if message is None:
+                break
+            batch.append(message)
+        for number, outcome in _answer_all(batch):
+            answers.send((number, outcome))
+        if message is None:
+            return
+
+
+def _answer_all(batch: list[tuple[int, list[np.ndarray], dict[str, Any]]]) -> list[tuple[int, Any]]:
+    """Each request's clusterings, the requests with equal params computed in one call (an
+    exception is the answer of every request it concerns)."""
+    by_params: dict[tuple[Any, ...], list[tuple[int, list[np.ndarray], dict[str, Any]]]] = {}
+    for request in batch:
+        by_params.setdefault(tuple(sorted(request[2].items())), []).append(request)
+    out: list[tuple[int, Any]] = []
+    for requests in by_params.values():
+        try:
+            results = choose_k_by_dbi_many([p for _, sets, _ in requests for p in sets], **requests[0][2])
+        except Exception as error:   # sent back: the simulation raises it
+            out.extend((number, error) for number, _, _ in requests)
+            continue
+        start = 0
+        for number, sets, _ in requests:
+            out.append((number, results[start:start + len(sets)]))
+            start += len(sets)
+    return out
+
+
+def _split_by_size(point_sets: Sequence[np.ndarray]) -> tuple[list[int], list[int]]:
+    """Indices of the problems to send and to keep: whole groups of one size (rows), the most
+    work first, each to the lighter side; a group's work taken as its problems × rows²
+    (pairwise distances, and K-means over rows for every K)."""
+    groups: dict[int, list[int]] = {}
+    for i, points in enumerate(point_sets):
+        groups.setdefault(int(np.shape(points)[0]), []).append(i)
+    sides: tuple[list[int], list[int]] = ([], [])
+    work = [0, 0]
+    for rows, members in sorted(groups.items(), key=lambda g: (-len(g[1]) * g[0] ** 2, g[0])):
+        lighter = int(work[1] < work[0])
+        sides[lighter].extend(members)
+        work[lighter] += len(members) * rows ** 2
+    return sides

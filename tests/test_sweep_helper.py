@@ -1,0 +1,65 @@
+"""The K sweeps of a batch split with a helper process: same results, split by size, and firing
+in a real run."""
+
+import numpy as np
+
+from p2pfed.engine.runner import run_scenario
+from p2pfed.learning.clustering import choose_k_by_dbi_many
+from p2pfed.learning.sweep_helper import SweepHelper, _split_by_size
+from p2pfed.scenario.loader import load_scenario
+
+PARAMS = {"k_max": 6, "n_init": 2, "min_cluster_size": 2, "k_rule": "min-size", "seed": 3}
+
+
+def _problems(count: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(5, 40, size=count)
+    return [np.concatenate([rng.normal(c, 0.3, size=(n // 3 + 1, 7)) for c in range(3)])[:n] for n in sizes]
+
+
+def test_split_keeps_each_size_whole_and_balances_the_work():
+    problems = _problems(60)
+    sent, kept = _split_by_size(problems)
+    assert sorted(sent + kept) == list(range(60))
+    sizes = lambda idx: {len(problems[i]) for i in idx}   # noqa: E731
+    assert not sizes(sent) & sizes(kept)       # a size's problems stack: never split
+    work = [sum(len(problems[i]) ** 2 for i in side) for side in (sent, kept)]
+    assert max(work) / sum(work) < 0.6
+
+
+def test_a_batch_split_with_the_helper_equals_one_computed_here():
+    problems = _problems(40)
+    helper = SweepHelper(min_problems=10)
+    try:
+        split = helper.choose_k_by_dbi_many(problems, **PARAMS)
+        assert helper.batches_split == 1 and 0 < helper.problems_sent < 40
+        small = helper.choose_k_by_dbi_many(problems[:5], **PARAMS)      # below min_problems: here
+        assert helper.batches_split == 1
+    finally:
+        helper.close()
+    here = choose_k_by_dbi_many(problems, **PARAMS)
+    for a, b in zip(split, here, strict=True):
+        assert (a.k, a.dbi, a.dbi_by_k, a.literal_k) == (b.k, b.dbi, b.dbi_by_k, b.literal_k)
+        assert np.array_equal(a.labels, b.labels)
+    assert [c.k for c in small] == [c.k for c in here[:5]]
+
+
+def test_a_fedsub_contact_run_sends_sweeps_to_the_helper_and_gets_the_same_results(repo_root, tmp_path):
+    """16 walkers whose steps finish at the end of 50 s windows (60 s period): each step's K
+    sweeps go to the helper when the step starts (``summary.json``), and the results files equal
+    those of the run without it, where they wait and are computed together at the window's end."""
+    overrides = ["dataset.synthetic.num_devices=16", "dataset.synthetic.samples_per_class=20",
+                 "model.hidden=[16,32]", "contacts.kind=random-waypoint", "contacts.area_m=[120,120]",
+                 "contacts.range_m=40", "contacts.duration_s=600", "asynchronous.train_period_s=60",
+                 "asynchronous.batch_window_s=50", "evaluation.every_s=300"]
+    scenario = repo_root / "scenarios" / "synthetic-small.yaml"
+    with_helper = run_scenario(load_scenario(scenario, [*overrides, "engine.sweep_helper=true"]),
+                               tmp_path / "helper", progress=False)
+    assert with_helper["sweep_helper"]["problems_sent"] > 0
+    assert with_helper["asynchronous"]["devices_per_batch"] > 1
+    without = run_scenario(load_scenario(scenario, [*overrides, "engine.sweep_helper=false"]),
+                           tmp_path / "alone", progress=False)
+    assert "sweep_helper" not in without
+    for name in ("rounds.csv", "devices.csv"):
+        assert (tmp_path / "helper" / name).read_text() == (tmp_path / "alone" / name).read_text()
+    assert with_helper["algorithm_stats"] == without["algorithm_stats"]
