@@ -372,3 +372,23 @@ def test_dbi_recovers_the_planted_groups_of_the_synthetic_generator():
         assert adjusted_rand_score(ds.groups[:, c], guarded.labels) == 1.0
         # the paper's plain rule falls for DBI's degenerate optimum: (near-)singletons
         assert choose_k_by_dbi(means, seed=0).k > 12
+
+
+def test_requests_answered_later_are_computed_together_when_the_first_answer_is_asked_for():
+    rng = np.random.default_rng(5)
+    sets = [rng.normal(size=(12, 4)) for _ in range(5)]
+    calls = []
+
+    def compute(point_sets, **params):
+        calls.append(len(point_sets))
+        return choose_k_by_dbi_many(point_sets, **params)
+
+    cache = ClusteringCache(compute=compute)
+    first = cache.cluster_many_later(sets[:3], k_max=4, seed=1)
+    second = cache.cluster_many_later([sets[2], *sets[3:]], k_max=4, seed=1)   # sets[2] asked twice
+    assert calls == []                       # nothing computed until an answer is wanted
+    answers = second() + first()
+    assert calls == [5]                      # both requests, each content once, in one call
+    expected = choose_k_by_dbi_many([*sets[2:], *sets[:3]], k_max=4, seed=1)
+    assert [c.labels.tolist() for c in answers] == [c.labels.tolist() for c in expected]
+    assert cache.cluster_many(sets, k_max=4, seed=1) == [*answers[3:], *answers[1:3]] and calls == [5]

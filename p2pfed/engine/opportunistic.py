@@ -4,8 +4,8 @@ Each device is a SimPy process that acts through its ``DeviceLoop`` every ``trai
 (± jitter): fuse what arrived since its last fusion, train, share. With a batch window
 (``batch_window_s``) a step takes its inputs when it falls due and finishes at the end of its
 window, with every other step started in the window, as one batched computation (at 1,000
-devices, ~100 steps a window; FedSub's K sweeps go meanwhile to a helper process). Its share is split into parts
-(``share_parts``) so a short contact can still deliver the small ones; everything that arrives
+devices, ~100 steps a window; FedSub's K sweeps go meanwhile to a helper process). Its share
+is split into parts (``share_parts``) so a short contact can still deliver the small ones; everything that arrives
 goes through the device's ``Intake``. When a contact starts, each direction runs one
 transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
 contact end (or either device going offline) interrupts is aborted and its bytes on air are
@@ -27,9 +27,8 @@ import numpy as np
 import simpy
 
 from p2pfed.algorithms import Algorithm, Received
-from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, encode_share, evaluate_together, finish_together,
-                           start_together)
-from p2pfed.device.loop import PendingFusion
+from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, encode_share, evaluate_together,
+                           finish_together, start_together)
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
@@ -166,8 +165,8 @@ class OpportunisticSimulation:
             yield self.env.timeout(sch.train_period_s + jitter)
 
     def _window_end(self, now: float) -> float:
-        """The end of the batch window [k w, (k+1) w) that ``now`` falls in (a step on a
-        boundary finishes at once)."""
+        """The end of the batch window (k w, (k+1) w] that ``now`` falls in (a step that starts
+        on a window's end finishes at once)."""
         w = self.schedule.batch_window_s
         return float(np.ceil(now / w - 1e-9)) * w
 
