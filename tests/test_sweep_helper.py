@@ -2,6 +2,7 @@
 in a real run."""
 
 import numpy as np
+import pytest
 
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.clustering import choose_k_by_dbi_many
@@ -63,3 +64,19 @@ def test_a_fedsub_contact_run_sends_sweeps_to_the_helper_and_gets_the_same_resul
     for name in ("rounds.csv", "devices.csv"):
         assert (tmp_path / "helper" / name).read_text() == (tmp_path / "alone" / name).read_text()
     assert with_helper["algorithm_stats"] == without["algorithm_stats"]
+
+
+def test_a_helper_that_stops_is_replaced_by_computing_here_with_a_warning():
+    problems = _problems(8, seed=1)
+    helper = SweepHelper()
+    try:
+        first = helper.submit(problems[:4], **PARAMS)
+        helper._process.kill()
+        helper._process.join()
+        with pytest.warns(RuntimeWarning, match="helper process stopped"):
+            answers = first.result() + helper.submit(problems[4:], **PARAMS).result()
+        assert helper.failed is not None
+    finally:
+        helper.close()
+    expected = choose_k_by_dbi_many(problems, **PARAMS)
+    assert [c.labels.tolist() for c in answers] == [c.labels.tolist() for c in expected]

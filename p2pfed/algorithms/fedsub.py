@@ -41,7 +41,7 @@ class; ``algorithm_stats`` reports both byte counts.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -119,6 +119,22 @@ class Artifacts:
     values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
     units: dict[int, UnitMasks] | None      # class -> unit mask per layer
     requests: dict[int, list[int]] | None = None  # two-phase: peer -> classes it asks that peer for
+    # with_subnetworks' results: id of the other part -> (that part, the merged artifacts)
+    _merged: dict[int, tuple[Artifacts | None, Artifacts]] = field(default_factory=dict, repr=False, compare=False)
+
+    def with_subnetworks(self, other: Artifacts | None) -> Artifacts:
+        """These prototypes with ``other``'s subnetworks (None: none). One object per pair, kept
+        here: the receivers of both parts share this one (parsed once per message), so they
+        share the merged artifacts too, and what a fusion works out from them once."""
+        if other is self:
+            return self
+        key = id(other)
+        kept = self._merged.get(key)
+        if kept is None or kept[0] is not other:
+            kept = self._merged[key] = (other, Artifacts(
+                self.classes, self.prototypes, self.scores, other.values if other else None,
+                other.units if other else None))
+        return kept[1]
 
     @cached_property
     def prototype_of(self) -> dict[int, np.ndarray]:
@@ -473,17 +489,15 @@ class FedSub(Algorithm):
             if art is None:
                 continue
             item = self.cache[key]
-            for field, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
-                old = newest.get(field)
+            for part, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
+                old = newest.get(part)
                 if present and (old is None or (item.round, item.sent_at) > old[0]):
-                    newest[field] = ((item.round, item.sent_at), art)
+                    newest[part] = ((item.round, item.sent_at), art)
         if "prototypes" not in newest:
             self._peers.pop(sender, None)
             return
         art, sub = newest["prototypes"][1], newest.get("values")
-        merged = art if sub is not None and sub[1] is art else Artifacts(
-            art.classes, art.prototypes, art.scores, sub[1].values if sub else None, sub[1].units if sub else None)
-        self._peers[sender] = merged
+        self._peers[sender] = art.with_subnetworks(sub[1] if sub else None)
 
     @property
     def peers(self) -> dict[int, Artifacts]:
@@ -522,8 +536,14 @@ class FedSub(Algorithm):
         # data for c have a subnetwork to fuse
         classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
         members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
-        point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
-                      for c in classes]
+        first = view[me].classes
+        if classes and not predicted and all(a.classes == first for a in view.values()):
+            # every member holds every class, in one order: one stack, a slice per class (equal)
+            stacked = np.stack([view[m].prototypes for m in members_of[classes[0]]])
+            point_sets = [np.ascontiguousarray(stacked[:, first.index(c)]) for c in classes]
+        else:
+            point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
+                          for c in classes]
         return _FusionView(view, held, classes, members_of, point_sets)
 
     def _cluster(self, point_sets: list[np.ndarray], *, later: bool = False):

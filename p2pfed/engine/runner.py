@@ -83,7 +83,9 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
         if helper is not None:
             helper.close()
     if helper is not None:
-        extra["sweep_helper"] = {"batches_split": helper.batches_split, "problems_sent": helper.problems_sent}
+        extra["sweep_helper"] = {"batches_split": helper.batches_split, "problems_sent": helper.problems_sent,
+                                 "problems_taken_back": helper.problems_taken_back,
+                                 "waited_s": round_float(helper.waited_s, 3)}
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)

@@ -15,6 +15,9 @@ process, two ways:
 
 Results are equal to computing them all here: the helper runs the same function on the same
 arrays, and a sweep does not depend on what it is computed with (``choose_k_by_dbi_many``).
+When an answer is wanted and not back yet, the simulation does not wait idle: it takes the
+newest unanswered requests back and computes them itself (the helper skips them), so the two
+processes share the work whichever has more.
 
 The requests travel over a plain pipe, written by the simulation's own thread: an executor's
 queue threads, competing for the interpreter lock at every request, made the contact run slower
@@ -30,6 +33,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -40,6 +44,7 @@ import numpy as np
 from p2pfed.learning.clustering import Clustering, choose_k_by_dbi_many
 
 MIN_PROBLEMS = 24
+MAX_BATCH = 4    # requests the helper computes in one call (one taken back meanwhile is lost work)
 
 
 class SweepHelper:
@@ -49,6 +54,8 @@ class SweepHelper:
         self.min_problems = min_problems
         self.batches_split = 0        # batches shared with the helper (choose_k_by_dbi_many)
         self.problems_sent = 0        # problems the helper computed, either way
+        self.problems_taken_back = 0  # sent, then computed here while waiting for them
+        self.waited_s = 0.0           # wall seconds spent on answers not back yet
         self._process: Any = None
         self._requests: Connection | None = None
         self._answers: Connection | None = None
@@ -82,7 +89,7 @@ class SweepHelper:
             try:
                 if self._requests is None:
                     self._start()
-                self._collect(block_for=None)
+                self._collect()
                 self._requests.send((number, list(point_sets), params))
                 self.problems_sent += len(point_sets)
             except (OSError, EOFError) as error:
@@ -90,11 +97,28 @@ class SweepHelper:
         return _Answer(self, number)
 
     def _result(self, number: int) -> list[Clustering]:
+        """The answer to request ``number``. While it is not back and more requests are waiting
+        than the helper computes at once, this process takes the newest off its hands (the
+        helper is told to skip it) and computes it: the two work from both ends of the queue
+        instead of one waiting for the other."""
         if self.failed is None:
+            started = time.perf_counter()
             try:
-                self._collect(block_for=number)
+                self._collect()
+                while number not in self._received:
+                    waiting = [m for m in self._unanswered if m not in self._received]
+                    if len(waiting) <= MAX_BATCH:   # the helper is likely computing these: wait
+                        self._collect(block=True)
+                        continue
+                    newest = waiting[-1]
+                    self._requests.send(("skip", newest))
+                    point_sets, params = self._unanswered[newest]
+                    self._received[newest] = choose_k_by_dbi_many(point_sets, **params)
+                    self.problems_taken_back += len(point_sets)
+                    self._collect()
             except (OSError, EOFError) as error:
                 self._give_up(error)
+            self.waited_s += time.perf_counter() - started
         point_sets, params = self._unanswered.pop(number)
         outcome = self._received.pop(number, None)
         if outcome is None:   # the helper is gone: computed here
@@ -103,12 +127,14 @@ class SweepHelper:
             raise outcome
         return outcome
 
-    def _collect(self, block_for: int | None) -> None:
-        """Read the answers already back (they would fill the pipe), and, with ``block_for``,
-        wait until that request's is."""
-        while self._answers.poll() or (block_for is not None and block_for not in self._received):
+    def _collect(self, block: bool = False) -> None:
+        """Read the answers already back (they would fill the pipe), with ``block`` at least
+        one; one to a request already answered here (taken back) is dropped."""
+        while block or self._answers.poll():
+            block = False
             number, outcome = self._answers.recv()
-            self._received[number] = outcome
+            if number in self._unanswered and number not in self._received:
+                self._received[number] = outcome
 
     def _give_up(self, error: BaseException) -> None:
         """The helper could not start or stopped (e.g. a script without the ``if __name__ ==
@@ -162,12 +188,14 @@ class _Answer:
 
 
 def _serve(requests: Connection, answers: Connection) -> None:
-    """The helper's loop: a reader thread queues the requests as they arrive; this thread
-    computes every request waiting at once, in one call, and sends each answer back."""
+    """The helper's loop: a reader thread queues the requests as they arrive (and notes those
+    taken back); this thread computes the requests waiting, up to ``MAX_BATCH`` in one call,
+    and sends each answer back."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"    # the two processes already fill the two cores
     sys.setswitchinterval(1e-4)   # the reader gets the lock soon after a request arrives
     inbox: queue.SimpleQueue = queue.SimpleQueue()
+    skipped: set[int] = set()    # requests the simulation took back
 
     def read() -> None:
         while True:
@@ -175,25 +203,30 @@ def _serve(requests: Connection, answers: Connection) -> None:
                 message = requests.recv()
             except EOFError:
                 message = None
+            if message is not None and message[0] == "skip":
+                skipped.add(message[1])
+                continue
             inbox.put(message)
             if message is None:
                 return
 
     threading.Thread(target=read, daemon=True).start()
-    while (message := inbox.get()) is not None:
-        batch = [message]
-        while True:   # every request already waiting joins: problems of one size then stack
+    message: Any = ()
+    while message is not None:
+        batch = []
+        while len(batch) < MAX_BATCH:   # the requests already waiting join: problems of one size stack
             try:
-                message = inbox.get_nowait()
+                message = inbox.get(block=not batch)
             except queue.Empty:
                 break
             if message is None:
                 break
-            batch.append(message)
+            if message[0] in skipped:
+                skipped.discard(message[0])
+            else:
+                batch.append(message)
         for number, outcome in _answer_all(batch):
             answers.send((number, outcome))
-        if message is None:
-            return
 
 
 def _answer_all(batch: list[tuple[int, list[np.ndarray], dict[str, Any]]]) -> list[tuple[int, Any]]:
