@@ -546,7 +546,8 @@ class FedSub(Algorithm):
                           for c in classes]
         return _FusionView(view, held, classes, members_of, point_sets)
 
-    def _cluster(self, point_sets: list[np.ndarray], *, later: bool = False):
+    def _cluster(self, point_sets: list[np.ndarray], *, later: bool = False
+                 ) -> list[Clustering] | Callable[[], list[Clustering]]:
         """Every class's K sweep in one batched call (equal to one call per class); ``later``:
         a function that answers them, the sweeps sent to the helper process meanwhile."""
         o = self.options
@@ -595,6 +596,7 @@ class FedSub(Algorithm):
         return lambda: self._fusion_from(seen, answer())
 
     def fusion_job(self, round: int, now: float) -> FusionJob | None:
+        """The fusion at once (``fuse``): ``start_fusion`` with its sweeps computed now."""
         later = self.start_fusion(round, now)
         return None if later is None else later()
 

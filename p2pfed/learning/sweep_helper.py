@@ -21,7 +21,8 @@ processes share the work whichever has more.
 
 The requests travel over a plain pipe, written by the simulation's own thread: an executor's
 queue threads, competing for the interpreter lock at every request, made the contact run slower
-than without the helper (187 s against 155 s for its first 1.5 hours, measured). In the helper a
+than without the helper (187 s against 182 s for the first 1.5 hours of
+``scenarios/synthetic-rwp-1000.yaml``, measured; 137 s over the pipe). In the helper a
 reader thread takes requests off the pipe as they come, so a request never waits for the
 computation of the one before it to be written.
 """
@@ -53,7 +54,7 @@ class SweepHelper:
     def __init__(self, min_problems: int = MIN_PROBLEMS) -> None:
         self.min_problems = min_problems
         self.batches_split = 0        # batches shared with the helper (choose_k_by_dbi_many)
-        self.problems_sent = 0        # problems the helper computed, either way
+        self.problems_sent = 0        # problems sent to the helper, either way
         self.problems_taken_back = 0  # sent, then computed here while waiting for them
         self.waited_s = 0.0           # wall seconds spent on answers not back yet
         self._process: Any = None
