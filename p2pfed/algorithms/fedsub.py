@@ -550,11 +550,15 @@ class FedSub(Algorithm):
                  ) -> list[Clustering] | Callable[[], list[Clustering]]:
         """Every class's K sweep in one batched call (equal to one call per class); ``later``:
         a function that answers them, the sweeps sent to the helper process meanwhile."""
-        o = self.options
-        params = dict(k_max=o.max_k, n_init=o.kmeans_n_init, min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
         if later:
-            return self.clusterings.cluster_many_later(point_sets, **params)
-        return self.clusterings.cluster_many(point_sets, **params)
+            return self.clusterings.cluster_many_later(point_sets, **self._sweep_params)
+        return self.clusterings.cluster_many(point_sets, **self._sweep_params)
+
+    @cached_property
+    def _sweep_params(self) -> dict[str, Any]:
+        """The K sweep's parameters (``choose_k_by_dbi``), from the options fixed for a run."""
+        o = self.options
+        return dict(k_max=o.max_k, n_init=o.kmeans_n_init, min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
 
     @classmethod
     def prepare_fusions(cls, algorithms: Sequence[Algorithm], nows: Sequence[float], *,
@@ -570,8 +574,7 @@ class FedSub(Algorithm):
             seen = algo._fusion_view(now)
             algo._prepared = (seen, None)
             if seen is not None:
-                o = algo.options
-                key = (id(algo.clusterings), (o.max_k, o.kmeans_n_init, o.min_cluster_size, o.k_rule))
+                key = (id(algo.clusterings), tuple(sorted(algo._sweep_params.items())))
                 groups.setdefault(key, []).append((algo, seen))
         for members in groups.values():
             point_sets = [p for _, seen in members for p in seen.point_sets]

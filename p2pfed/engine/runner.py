@@ -64,9 +64,9 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     if expected_degree(loaded, n) is None:
         check_memory(loaded, dataset, graph)
     helper = SweepHelper() if sweep_helper_wanted(sc.engine.sweep_helper) else None
-    algorithms = build_algorithms(loaded, dataset, {"clustering": ClusteringCache(
-        compute=helper.choose_k_by_dbi_many if helper is not None else None,
-        submit=helper.submit if helper is not None else None)})
+    cache = (ClusteringCache() if helper is None else
+             ClusteringCache(compute=helper.choose_k_by_dbi_many, submit=helper.submit))
+    algorithms = build_algorithms(loaded, dataset, {"clustering": cache})
     recorder = Recorder(n)
     plan = None
     try:
@@ -83,9 +83,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
         if helper is not None:
             helper.close()
     if helper is not None:
-        extra["sweep_helper"] = {"batches_split": helper.batches_split, "problems_sent": helper.problems_sent,
-                                 "problems_taken_back": helper.problems_taken_back,
-                                 "waited_s": round_float(helper.waited_s, 3)}
+        extra["sweep_helper"] = helper.stats()
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)

@@ -65,6 +65,11 @@ class SweepHelper:
         self._unanswered: dict[int, tuple[list[np.ndarray], dict[str, Any]]] = {}
         self.failed: str | None = None   # why the helper stopped working (then all runs here)
 
+    def stats(self) -> dict[str, float]:
+        """What ``summary.json`` reports of the helper."""
+        return {"batches_split": self.batches_split, "problems_sent": self.problems_sent,
+                "problems_taken_back": self.problems_taken_back, "waited_s": round(self.waited_s, 3)}
+
     def choose_k_by_dbi_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
         """:func:`~p2pfed.learning.clustering.choose_k_by_dbi_many`, part of it in the helper."""
         if len(point_sets) < self.min_problems:
