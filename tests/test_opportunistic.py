@@ -217,6 +217,21 @@ def test_steps_started_in_one_batch_window_finish_together_at_its_end():
     assert sim.stats()["devices_per_batch"] == 20 / 16
 
 
+def test_a_windows_steps_finish_in_two_halves_in_the_order_they_started(monkeypatch):
+    """So that the K sweeps of the later half, sent to the helper process last, have the first
+    half's fusion and training time to come back; every step still finishes at the window's end."""
+    from p2pfed.engine import opportunistic
+
+    calls = []
+    real = opportunistic.finish_together
+    monkeypatch.setattr(opportunistic, "finish_together",
+                        lambda loops, *a, **kw: calls.append([loop.device for loop in loops]) or real(loops, *a, **kw))
+    algos, sim = _clocked_run([3.0, 1.0, 7.0, 5.0, 9.0], 10.0)
+    assert calls == [[1, 0, 3], [2, 4]] * 4
+    assert all(a.trained_at == [10.0 + 50 * k for k in range(4)] for a in algos)
+    assert sim.stats()["devices_per_batch"] == 5.0
+
+
 def test_a_step_takes_its_inputs_when_it_starts_and_shares_when_its_window_ends():
     """Device 1's step starts at 12 s and finishes at 20 s, with device 2's: device 0 meets it at
     15 s and gets its share once the window ends; device 0's share (made at 10 s) reaches device 1

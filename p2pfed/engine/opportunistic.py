@@ -3,8 +3,8 @@
 Each device is a SimPy process that acts through its ``DeviceLoop`` every ``train_period_s``
 (± jitter): fuse what arrived since its last fusion, train, share. With a batch window
 (``batch_window_s``) a step takes its inputs when it falls due and finishes at the end of its
-window, with every other step started in the window, as one batched computation (at 1,000
-devices, ~100 steps a window; FedSub's K sweeps go meanwhile to a helper process). Its share
+window, with every other step started in the window, batched (at 1,000 devices, ~100 steps a
+window, finished in two halves; FedSub's K sweeps go meanwhile to a helper process). Its share
 is split into parts (``share_parts``) so a short contact can still deliver the small ones; everything that arrives
 goes through the device's ``Intake``. When a contact starts, each direction runs one
 transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
@@ -184,12 +184,22 @@ class OpportunisticSimulation:
         batch.append((i, pending))
 
     def _finish_batch(self, end: float):
+        """At the window's end, finish its steps: in two halves, in the order they started, so
+        that the K sweeps of the later half, sent to the helper process last, get the first
+        half's fusion and training time to come back instead of being computed here (first 1.5
+        hours of ``scenarios/synthetic-rwp-1000.yaml``: 126 s against 134 s in one go). Every
+        run, with the helper or without, splits alike: the results do not depend on it."""
         yield self.env.timeout(end - self.env.now)
-        devices, pending = zip(*self.batches.pop(end))
-        loops = [self.loops[i] for i in devices]
-        self._act(list(devices), finish_together(loops, [loop.actions for loop in loops], pending,
-                                                 train=[True] * len(loops), evaluate=False,
-                                                 batched=self.batched))
+        steps = self.batches.pop(end)
+        half = (len(steps) + 1) // 2
+        shares: list[list[Outgoing]] = []
+        for part in (steps[:half], steps[half:]):
+            if part:
+                devices, pending = zip(*part)
+                loops = [self.loops[i] for i in devices]
+                shares += finish_together(loops, [loop.actions for loop in loops], pending,
+                                          train=[True] * len(loops), evaluate=False, batched=self.batched)
+        self._act([i for i, _ in steps], shares)
 
     def _act(self, devices: list[int], shares: list[list[Outgoing]]) -> None:
         """The devices acted (together, when several): offer what each one shared."""
