@@ -1,13 +1,13 @@
-"""The K sweeps of a batch split with a helper process: same results, split by size, and firing
-in a real run."""
+"""FedSub's K sweeps computed ahead in a helper process during a contact run's batch windows:
+same results, firing in a real run, and only where it pays."""
 
 import numpy as np
 import pytest
 
 from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.clustering import choose_k_by_dbi_many
-from p2pfed.learning.sweep_helper import SweepHelper, _split_by_size
-from p2pfed.scenario.loader import load_scenario
+from p2pfed.learning.sweep_helper import SweepHelper
+from p2pfed.scenario.loader import ScenarioError, load_scenario
 
 PARAMS = {"k_max": 6, "n_init": 2, "min_cluster_size": 2, "k_rule": "min-size", "seed": 3}
 
@@ -18,31 +18,31 @@ def _problems(count: int, seed: int = 0) -> list[np.ndarray]:
     return [np.concatenate([rng.normal(c, 0.3, size=(n // 3 + 1, 7)) for c in range(3)])[:n] for n in sizes]
 
 
-def test_split_keeps_each_size_whole_and_balances_the_work():
-    problems = _problems(60)
-    sent, kept = _split_by_size(problems)
-    assert sorted(sent + kept) == list(range(60))
-    sizes = lambda idx: {len(problems[i]) for i in idx}   # noqa: E731
-    assert not sizes(sent) & sizes(kept)       # a size's problems stack: never split
-    work = [sum(len(problems[i]) ** 2 for i in side) for side in (sent, kept)]
-    assert max(work) / sum(work) < 0.6
-
-
-def test_a_batch_split_with_the_helper_equals_one_computed_here():
+def test_requests_answered_by_the_helper_or_taken_back_equal_those_computed_here():
+    """Ten requests sent at once, the oldest asked for first: while more than the helper computes
+    at a time are waiting, the simulation takes the newest back; every answer is the same."""
     problems = _problems(40)
-    helper = SweepHelper(min_problems=10)
+    helper = SweepHelper()
     try:
-        split = helper.choose_k_by_dbi_many(problems, **PARAMS)
-        assert helper.batches_split == 1 and 0 < helper.problems_sent < 40
-        small = helper.choose_k_by_dbi_many(problems[:5], **PARAMS)      # below min_problems: here
-        assert helper.batches_split == 1
+        answers = [helper.submit(problems[i:i + 4], **PARAMS) for i in range(0, 40, 4)]
+        got = [c for answer in answers for c in answer.result()]
+        assert helper.problems_sent == 40
     finally:
         helper.close()
     here = choose_k_by_dbi_many(problems, **PARAMS)
-    for a, b in zip(split, here, strict=True):
+    for a, b in zip(got, here, strict=True):
         assert (a.k, a.dbi, a.dbi_by_k, a.literal_k) == (b.k, b.dbi, b.dbi_by_k, b.literal_k)
         assert np.array_equal(a.labels, b.labels)
-    assert [c.k for c in small] == [c.k for c in here[:5]]
+
+
+def test_synchronous_rounds_do_not_use_the_helper_and_refuse_to_be_told_to(repo_root, tmp_path):
+    """Splitting a round's sweeps with the helper was measured slower than computing them here."""
+    scenario = repo_root / "scenarios" / "synthetic-small.yaml"
+    with pytest.raises(ScenarioError, match=r"engine.sweep_helper: true: .*asynchronous.batch_window_s > 0"):
+        load_scenario(scenario, ["engine.sweep_helper=true"])
+    summary = run_scenario(load_scenario(scenario, ["rounds=2", "dataset.synthetic.num_devices=6"]),
+                           tmp_path / "auto", progress=False)
+    assert "sweep_helper" not in summary
 
 
 def test_a_fedsub_contact_run_sends_sweeps_to_the_helper_and_gets_the_same_results(repo_root, tmp_path):

@@ -63,9 +63,8 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
     if expected_degree(loaded, n) is None:
         check_memory(loaded, dataset, graph)
-    helper = SweepHelper() if sweep_helper_wanted(sc.engine.sweep_helper) else None
-    cache = (ClusteringCache() if helper is None else
-             ClusteringCache(compute=helper.choose_k_by_dbi_many, submit=helper.submit))
+    helper = SweepHelper() if sc.uses_batch_windows() and sweep_helper_wanted(sc.engine.sweep_helper) else None
+    cache = ClusteringCache(submit=None if helper is None else helper.submit)
     algorithms = build_algorithms(loaded, dataset, {"clustering": cache})
     recorder = Recorder(n)
     plan = None

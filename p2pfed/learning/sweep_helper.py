@@ -1,17 +1,10 @@
-"""A second process for FedSub's K sweeps, so a simulation uses two cores.
+"""A second process for FedSub's K sweeps, so a contact run with batch windows uses two cores.
 
 The simulation itself runs in one Python process, on one core, and FedSub's K sweeps are
-independent problems that are much of its time. :class:`SweepHelper` runs them in one spawned
-process, two ways:
-
-* ``choose_k_by_dbi_many``: when many devices fuse at one instant (a synchronous round), part
-  of their sweeps go to the helper and the rest are computed here meanwhile. Problems are split
-  by size, whole groups of one size at a time (they stack), the larger groups first, each to
-  the side with less work so far; a batch of fewer than ``min_problems`` stays here (sending it
-  would cost more than it saves);
-* ``submit``: a device's sweeps go to the helper and the simulation goes on; the answer is
-  collected when the device's fusion finishes (a contact run's batch window,
-  ``asynchronous.batch_window_s``), by then usually long done.
+independent problems that are much of its time. In a contact run with batch windows
+(``asynchronous.batch_window_s``) a step's sweeps are known when the step starts and wanted only
+when its window ends: :meth:`SweepHelper.submit` sends them to one spawned helper process and
+the simulation goes on; the answer is collected at the window's end, usually long done.
 
 Results are equal to computing them all here: the helper runs the same function on the same
 arrays, and a sweep does not depend on what it is computed with (``choose_k_by_dbi_many``).
@@ -25,6 +18,11 @@ than without the helper (187 s against 182 s for the first 1.5 hours of
 ``scenarios/synthetic-rwp-1000.yaml``, measured; 137 s over the pipe). In the helper a
 reader thread takes requests off the pipe as they come, so a request never waits for the
 computation of the one before it to be written.
+
+Synchronous rounds do not use it. Splitting a round's sweeps between the two processes, where
+the simulation must wait for the helper's half before the round can go on, was measured slower
+than computing them all here (the quickstart's first 30 FedSub rounds: 6.7 s against 3.8 s; 10
+rounds at 1,000 devices: 29.6 s against 28.0 s), and was removed.
 """
 
 from __future__ import annotations
@@ -44,17 +42,14 @@ import numpy as np
 
 from p2pfed.learning.clustering import Clustering, choose_k_by_dbi_many
 
-MIN_PROBLEMS = 24
 MAX_BATCH = 4    # requests the helper computes in one call (one taken back meanwhile is lost work)
 
 
 class SweepHelper:
     """One helper process (started on first use) that computes K sweeps for the simulation."""
 
-    def __init__(self, min_problems: int = MIN_PROBLEMS) -> None:
-        self.min_problems = min_problems
-        self.batches_split = 0        # batches shared with the helper (choose_k_by_dbi_many)
-        self.problems_sent = 0        # problems sent to the helper, either way
+    def __init__(self) -> None:
+        self.problems_sent = 0        # problems sent to the helper
         self.problems_taken_back = 0  # sent, then computed here while waiting for them
         self.waited_s = 0.0           # wall seconds spent on answers not back yet
         self._process: Any = None
@@ -67,24 +62,8 @@ class SweepHelper:
 
     def stats(self) -> dict[str, float]:
         """What ``summary.json`` reports of the helper."""
-        return {"batches_split": self.batches_split, "problems_sent": self.problems_sent,
-                "problems_taken_back": self.problems_taken_back, "waited_s": round(self.waited_s, 3)}
-
-    def choose_k_by_dbi_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
-        """:func:`~p2pfed.learning.clustering.choose_k_by_dbi_many`, part of it in the helper."""
-        if len(point_sets) < self.min_problems:
-            return choose_k_by_dbi_many(point_sets, **params)
-        sent, kept = _split_by_size(point_sets)
-        if not sent:
-            return choose_k_by_dbi_many(point_sets, **params)
-        answer = self.submit([point_sets[i] for i in sent], **params)
-        results: list[Clustering | None] = [None] * len(point_sets)
-        for i, result in zip(kept, choose_k_by_dbi_many([point_sets[i] for i in kept], **params), strict=True):
-            results[i] = result
-        for i, result in zip(sent, answer.result(), strict=True):
-            results[i] = result
-        self.batches_split += 1
-        return results  # type: ignore[return-value]
+        return {"problems_sent": self.problems_sent, "problems_taken_back": self.problems_taken_back,
+                "waited_s": round(self.waited_s, 3)}
 
     def submit(self, point_sets: Sequence[np.ndarray], **params: Any) -> _Answer:
         """Send these sweeps to the helper; the answer's ``result()`` is their clusterings."""
@@ -253,19 +232,3 @@ def _answer_all(batch: list[tuple[int, list[np.ndarray], dict[str, Any]]]) -> li
             out.append((number, results[start:start + len(sets)]))
             start += len(sets)
     return out
-
-
-def _split_by_size(point_sets: Sequence[np.ndarray]) -> tuple[list[int], list[int]]:
-    """Indices of the problems to send and to keep: whole groups of one size (rows), the most
-    work first, each to the lighter side; a group's work taken as its problems × rows²
-    (pairwise distances, and K-means over rows for every K)."""
-    groups: dict[int, list[int]] = {}
-    for i, points in enumerate(point_sets):
-        groups.setdefault(int(np.shape(points)[0]), []).append(i)
-    sides: tuple[list[int], list[int]] = ([], [])
-    work = [0, 0]
-    for rows, members in sorted(groups.items(), key=lambda g: (-len(g[1]) * g[0] ** 2, g[0])):
-        lighter = int(work[1] < work[0])
-        sides[lighter].extend(members)
-        work[lighter] += len(members) * rows ** 2
-    return sides

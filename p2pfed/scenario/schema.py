@@ -150,8 +150,8 @@ class EngineSection(Section):
     # A synchronous round trains the devices whose methods train plainly as one batched
     # computation (equal to one at a time to float rounding); false: one model at a time.
     batched_training: bool = True
-    # FedSub's K sweeps of devices fusing together split with one helper process (a second
-    # core); "auto": when the machine has two cores or more and this is not a sweep worker.
+    # FedSub's K sweeps of a contact run's batch windows computed ahead by one helper process
+    # (a second core); "auto": when the machine has two cores or more and this is not a sweep worker.
     sweep_helper: bool | Literal["auto"] = "auto"
 
     @field_validator("torch_threads")
@@ -296,7 +296,15 @@ class Scenario(Section):
         if self.dynamic.devices_fraction > 0 and self.contacts.kind != "none":
             raise ValueError("dynamic.devices_fraction: dynamic data returns classes on a round schedule, "
                              f"so it needs synchronous rounds (contacts.kind: none, got {self.contacts.kind!r})")
+        if self.engine.sweep_helper is True and not self.uses_batch_windows():
+            raise ValueError("engine.sweep_helper: true: the helper computes the K sweeps of a contact run's batch "
+                             "windows ahead, so it needs contacts (contacts.kind other than none) and "
+                             "asynchronous.batch_window_s > 0; use auto or false")
         return self
+
+    def uses_batch_windows(self) -> bool:
+        """A contact run whose steps finish together at the ends of batch windows."""
+        return self.contacts.kind != "none" and self.asynchronous.batch_window_s > 0
 
     def device_rounds(self) -> int:
         """Rounds a device runs: the scenario's, or with contacts the trainings expected in

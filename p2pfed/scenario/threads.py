@@ -47,9 +47,9 @@ def apply_torch_threads(setting: int | str, *, batched: bool = True) -> int:
 
 
 def sweep_helper_wanted(setting: bool | str) -> bool:
-    """Whether a simulation starts a helper process for its K sweeps (``engine.sweep_helper``):
-    ``auto`` when a second core is free, i.e. the machine has two or more and this process is
-    not one of several sweep workers sharing them."""
+    """Whether a contact run with batch windows starts a helper process for its K sweeps
+    (``engine.sweep_helper``): ``auto`` when a second core is free, i.e. the machine has two or
+    more and this process is not one of several sweep workers sharing them."""
     if setting != "auto":
         return bool(setting)
     return machine_cores() >= 2 and not os.environ.get(WORKER_THREADS_ENV)
