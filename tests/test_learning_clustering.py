@@ -374,7 +374,9 @@ def test_dbi_recovers_the_planted_groups_of_the_synthetic_generator():
         assert choose_k_by_dbi(means, seed=0).k > 12
 
 
-def test_requests_answered_later_are_computed_together_when_the_first_answer_is_asked_for():
+def test_requests_answered_later_are_computed_together_when_the_first_answer_is_asked_for(monkeypatch):
+    from p2pfed.learning import clustering
+
     rng = np.random.default_rng(5)
     sets = [rng.normal(size=(12, 4)) for _ in range(5)]
     calls = []
@@ -383,7 +385,8 @@ def test_requests_answered_later_are_computed_together_when_the_first_answer_is_
         calls.append(len(point_sets))
         return choose_k_by_dbi_many(point_sets, **params)
 
-    cache = ClusteringCache(compute=compute)
+    monkeypatch.setattr(clustering, "choose_k_by_dbi_many", compute)
+    cache = ClusteringCache()
     first = cache.cluster_many_later(sets[:3], k_max=4, seed=1)
     second = cache.cluster_many_later([sets[2], *sets[3:]], k_max=4, seed=1)   # sets[2] asked twice
     assert calls == []                       # nothing computed until an answer is wanted

@@ -12,5 +12,5 @@ from p2pfed.device.checkpoint import CheckpointError, load_checkpoint, save_chec
 from p2pfed.device.wire import RELAY_KEY, RESEND_KIND, encode_resend_request, encode_share, full_model_bytes
 
 __all__ = ["CheckpointError", "DeviceLoop", "Held", "Intake", "IntakeRules", "Outgoing", "PendingFusion", "RELAY_KEY",
-           "RESEND_KIND", "ResendRequest", "act_together", "evaluate_together", "finish_together", "start_together", "encode_resend_request", "encode_share", "full_model_bytes",
-           "load_checkpoint", "save_checkpoint"]
+           "RESEND_KIND", "ResendRequest", "act_together", "encode_resend_request", "encode_share", "evaluate_together",
+           "finish_together", "full_model_bytes", "load_checkpoint", "save_checkpoint", "start_together"]

@@ -402,18 +402,16 @@ class ClusteringCache:
     sweep. Keys are a BLAKE2b digest of dtype, shape and bytes, so memory stays bounded by
     ``maxsize`` results rather than by the prototypes themselves. The returned
     :class:`Clustering` is shared: treat it (including ``dbi_by_k``) as read-only.
-    ``compute`` does the misses of :meth:`cluster_many` (default :func:`choose_k_by_dbi_many`);
-    ``submit`` sends those of :meth:`cluster_many_later` off, returning a future (None: they wait
-    to be computed together). A runtime passes ``sweep_helper.SweepHelper``'s, which use a second
-    core.
+    Misses are computed by :func:`choose_k_by_dbi_many`; ``submit`` sends those of
+    :meth:`cluster_many_later` off, returning a future (None: they wait to be computed
+    together). A contact run with batch windows passes ``sweep_helper.SweepHelper``'s, which
+    uses a second core.
     """
 
-    def __init__(self, maxsize: int = 4096, compute: Callable[..., list[Clustering]] | None = None,
-                 submit: Callable[..., Any] | None = None) -> None:
+    def __init__(self, maxsize: int = 4096, submit: Callable[..., Any] | None = None) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be >= 1")
         self.maxsize = maxsize
-        self.compute = compute or choose_k_by_dbi_many
         self.submit = submit
         # cluster_many_later's requests not computed yet: (contents to compute, their answers, params)
         self._waiting: list[tuple[dict[tuple[Any, ...], np.ndarray], dict[tuple[Any, ...], Clustering],
@@ -444,9 +442,9 @@ class ClusteringCache:
 
     def cluster_many(self, point_sets: Sequence[np.ndarray], **params: Any) -> list[Clustering]:
         """:meth:`cluster` for each point set: cached contents are answered from the cache, the
-        others (each distinct content once) go to one ``compute`` call."""
+        others (each distinct content once) go to one :func:`choose_k_by_dbi_many` call."""
         keys, found, todo = self._lookup(point_sets, params)
-        self._keep(found, todo, self.compute(list(todo.values()), **params) if todo else [])
+        self._keep(found, todo, choose_k_by_dbi_many(list(todo.values()), **params) if todo else [])
         return [found[key] for key in keys]
 
     def cluster_many_later(self, point_sets: Sequence[np.ndarray], **params: Any
@@ -454,7 +452,7 @@ class ClusteringCache:
         """:meth:`cluster_many`, answered when the returned function is called. With ``submit``
         (a helper process) the contents not in the cache are sent off now and computed while
         the caller goes on; without, they wait, and the first answer asked for computes every
-        waiting request in one ``compute`` call (the requests of devices that finish together
+        waiting request in one :func:`choose_k_by_dbi_many` call (the requests of devices that finish together
         then stack, as in :meth:`cluster_many`)."""
         keys, found, todo = self._lookup(point_sets, params)
         future = self.submit(list(todo.values()), **params) if todo and self.submit is not None else None
@@ -471,14 +469,14 @@ class ClusteringCache:
         return answer
 
     def _compute_waiting(self) -> None:
-        """Every waiting request of :meth:`cluster_many_later`, one ``compute`` call per params."""
+        """Every waiting request of :meth:`cluster_many_later`, one call per params."""
         waiting, self._waiting = self._waiting, []
         by_params: dict[tuple[Any, ...], tuple[dict[str, Any], dict[tuple[Any, ...], np.ndarray]]] = {}
         for todo, _, params in waiting:
             by_params.setdefault(tuple(sorted(params.items())), (params, {}))[1].update(todo)
         done: dict[tuple[Any, ...], Clustering] = {}
         for params, todo in by_params.values():
-            self._keep(done, todo, self.compute(list(todo.values()), **params))
+            self._keep(done, todo, choose_k_by_dbi_many(list(todo.values()), **params))
         for todo, found, _ in waiting:
             found.update((key, done[key]) for key in todo)
 
