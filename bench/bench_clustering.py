@@ -1,4 +1,4 @@
-"""Benchmark: fast DBI sweep (p2pfed.learning.clustering) vs scikit-learn, 36 prototypes x 512 dims.
+"""Benchmark: fast DBI sweep (p2pfed.algorithms.fedsub.clustering) vs scikit-learn, 36 prototypes x 512 dims.
 
 Also reports which K the DBI picks on unstructured prototypes (pure Gaussian noise), where any
 "structure" found is spurious. Run: python bench/bench_clustering.py
@@ -14,7 +14,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import davies_bouldin_score
 from threadpoolctl import threadpool_limits
 
-from p2pfed.learning.clustering import choose_k_by_dbi
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
 
 
 def sklearn_sweep(x: np.ndarray, n_init: int) -> int:

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from p2pfed.learning.clustering import choose_k_by_dbi, choose_k_by_dbi_many
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi, choose_k_by_dbi_many
 
 
 def best_of(fn, repeats: int) -> float:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from p2pfed.cli.main import main as p2pfed_main
-from p2pfed.learning import clustering
-from p2pfed.learning.clustering import choose_k_by_dbi_many
+from p2pfed.algorithms.fedsub import clustering
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = (1, 7, 33, 100, 200)   # device steps: ~0.3, 2, 10, 30 and 60 simulated seconds

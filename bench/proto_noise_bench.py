@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, calinski_harabasz_score, davies_bouldin_score
 
-from p2pfed.learning.clustering import choose_k_by_dbi
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
 from p2pfed.learning.prototypes import class_prototypes
 from p2pfed.learning.training import train_epochs
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset

@@ -18,7 +18,7 @@ try:
 except ModuleNotFoundError:
     sys.exit("docs/slurm_sweep.py needs dask-jobqueue: pip install -e '.[slurm]'")
 
-from p2pfed.sweep.run import run_sweep
+from p2pfed.sweeps.run import run_sweep
 
 VENV = Path(sys.prefix)  # the same environment on the worker nodes (a shared file system)
 

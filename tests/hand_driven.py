@@ -1,14 +1,17 @@
-"""Helpers for tests that drive methods by hand: planted data, and rounds of a clique in the
-device loop's order (fuse what arrived → train → share, everyone receives everyone's share)."""
+"""Helpers for tests of methods: planted data, and rounds of a clique run by the real device loop
+and intake (``p2pfed.testing.Federation``: fuse → train → share, everyone takes everyone's share in)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
+import torch
 
-from p2pfed.algorithms import Algorithm, Received
+from p2pfed.algorithms import Algorithm
 from p2pfed.data import FederatedDataset, make_synthetic
+from p2pfed.testing import Federation
 
 
 def two_populations() -> FederatedDataset:
@@ -26,16 +29,16 @@ def two_populations() -> FederatedDataset:
     return FederatedDataset("two-populations", 16, 4, pa.class_names, devices)
 
 
-def clique_rounds(algos: Sequence[Algorithm], rounds: range) -> None:
-    """Run ``rounds`` of a complete graph of ``algos`` (device id = index), no network."""
-    for r in rounds:
-        shares = []
-        for a in algos:
-            if a.has_new():
-                a.fuse_new(r, float(r))
-            a.train(r)
-            shares.append(a.share(r))
-        for i, a in enumerate(algos):
-            for j, p in enumerate(shares):
-                if j != i and p is not None:
-                    a.receive(Received(sender=j, round=r, sent_at=float(r), received_at=float(r), payload=p))
+def stub_context() -> SimpleNamespace:
+    """What a runtime reads of a device that has no data (a stub method's ``ctx``): no test set,
+    a tiny model, neighbours offered by the runtime."""
+    return SimpleNamespace(neighbours=None, generalization_data=None, model=torch.nn.Linear(1, 2),
+                           x_test=torch.zeros(0, 1), y_test=torch.zeros(0, dtype=torch.int64))
+
+
+def clique_rounds(algos: Sequence[Algorithm], rounds: range) -> Federation:
+    """Run ``rounds`` of a complete graph of ``algos`` (device id = index) through the real device
+    loop and intake, one device at a time; returns the federation (to run it further)."""
+    federation = Federation(algos)
+    federation.next_round = rounds.start
+    return federation.run(rounds)

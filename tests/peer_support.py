@@ -13,6 +13,7 @@ from p2pfed.peer.launcher import free_ports
 from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.transport import Message, encode
+from p2pfed.testing import whole_share, train_once
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -45,8 +46,8 @@ def valid_message(sender: int, round: int = 0) -> tuple[Message, bytes]:
     """What device ``sender`` of the tiny scenario really sends in round 0."""
     loaded = load_scenario(SCENARIO, TINY)
     algo = build_algorithm(loaded, load_scenario_dataset(loaded), sender)
-    algo.train(0)
-    p = algo.share(0)
+    train_once(algo, 0)
+    p = whole_share(algo, 0)
     msg = Message(kind=algo.message_kind, sender=sender, round=round, sent_at=time.time(),
                   meta=p.meta, tensors=p.tensors)
     return msg, encode(msg)

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from p2pfed.algorithms import ArtifactError, Payload, Received
-from p2pfed.algorithms.fedclar import cluster_of_first
+from p2pfed.algorithms.averaging.fedclar import cluster_of_first
 from p2pfed.data import FederatedDataset, make_synthetic
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.balancing import smote_balance
+from p2pfed.algorithms.averaging.balancing import smote_balance
 from p2pfed.learning.prototypes import average_prototypes
 from p2pfed.learning.training import evaluate
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import Federation, fuse_once, train_once
 from tests.hand_driven import two_populations
 
 BASELINES = ["fedprox", "ditto", "fedproto", "protohar", "fedper", "fedrep", "fedhome", "fedclar"]
@@ -29,21 +30,13 @@ def scenario(repo_root, name, *extra):
 
 
 def drive(algos, rounds, start=0):
-    """Synchronous rounds on a complete graph, payloads handed over directly (no codec)."""
-    for r in range(start, start + rounds):
-        sent = []
-        for a in algos:
-            a.train(r)
-            sent.append(a.share(r))
-        for i, payload in enumerate(sent):
-            if payload is None:
-                continue
-            for j, b in enumerate(algos):
-                if j != i:
-                    b.receive(Received(sender=i, round=r, sent_at=float(r), received_at=float(r),
-                                       payload=copy.deepcopy(payload)))
-        for a in algos:
-            a.fuse(r, float(r + 1))
+    """Synchronous rounds on a complete graph through the real device loop and intake, then each
+    device's fusion of the last round's shares."""
+    federation = Federation(algos)
+    federation.next_round = start
+    federation.run(rounds)
+    for a in algos:
+        fuse_once(a, start + rounds, float(start + rounds))
 
 
 def params(model):
@@ -72,7 +65,7 @@ def test_baseline_runs_end_to_end_and_beats_chance(repo_root, name):
 def test_fedprox_with_mu_zero_is_gossip_avg_local_step(repo_root):
     def trained(name, *extra):
         algo = build_algorithms(scenario(repo_root, name, *extra), _tiny_data())[0]
-        algo.train(0)
+        train_once(algo, 0)
         return params(algo.ctx.model)
 
     plain = trained("gossip-avg")
@@ -87,7 +80,7 @@ def test_fedprox_pulls_toward_the_round_start(repo_root):
         algo = build_algorithms(scenario(repo_root, "fedprox", f"algorithm.mu={mu}"), data)[0]
         start = params(algo.ctx.model)
         for r in range(3):
-            algo.train(r)
+            train_once(algo, r)
         return sum(float(((p - start[n]) ** 2).sum()) for n, p in params(algo.ctx.model).items())
 
     assert drift(10.0) < 0.5 * drift(0.0)
@@ -96,13 +89,13 @@ def test_fedprox_pulls_toward_the_round_start(repo_root):
 def test_fedper_fusion_never_touches_the_head(repo_root):
     algos = build_algorithms(scenario(repo_root, "fedper"), _tiny_data())
     a, b = algos[0], algos[1]
-    a.train(0)
-    b.train(0)
+    train_once(a, 0)
+    train_once(b, 0)
     payload = a.share(0)
     assert set(payload.tensors) == set(a.body) and a.head == ["layers.2.weight", "layers.2.bias"]
     before = params(b.ctx.model)
     b.receive(Received(sender=0, round=0, sent_at=0.0, received_at=0.0, payload=payload))
-    b.fuse(0, 1.0)
+    fuse_once(b, 0, 1.0)
     after = params(b.ctx.model)
     for n in b.head:
         assert torch.equal(after[n], before[n])
@@ -118,8 +111,9 @@ def test_head_layers_must_leave_a_body(repo_root):
         build_algorithms(scenario(repo_root, "fedrep", "algorithm.head_layers=3"), _tiny_data())
 
 
-def _spy_training(monkeypatch, module):
-    """Record (epochs, trainable names, has extra loss) of every train_epochs call in ``module``."""
+def _spy_training(monkeypatch):
+    """Record (epochs, trainable names, has extra loss) of every training job's run."""
+    import p2pfed.learning.batched_training as module
     calls = []
     real = module.train_epochs
 
@@ -133,25 +127,26 @@ def _spy_training(monkeypatch, module):
 
 
 def test_fedrep_trains_head_then_body(repo_root, monkeypatch):
-    import p2pfed.algorithms.fedrep as fedrep
-    calls = _spy_training(monkeypatch, fedrep)
+    calls = _spy_training(monkeypatch)
     algo = build_algorithms(scenario(repo_root, "fedrep", "algorithm.head_epochs=3"), _tiny_data())[0]
     before = params(algo.ctx.model)
-    algo.train(0)
+    train_once(algo, 0)
     assert calls == [(3, set(algo.head), False), (None, set(algo.body), False)]
     after = params(algo.ctx.model)
     assert all(not torch.equal(after[n], before[n]) for n in algo.body + algo.head)
 
 
 def test_protohar_pulls_the_body_toward_prototypes_once_it_has_them(repo_root, monkeypatch):
-    import p2pfed.algorithms.fedrep as fedrep
-    calls = _spy_training(monkeypatch, fedrep)
+    calls = _spy_training(monkeypatch)
     algos = build_algorithms(scenario(repo_root, "protohar"), _tiny_data())
     drive(algos, 2)
-    mine = calls[:2]  # device 0, round 0
-    assert [c[2] for c in mine] == [False, False]  # round 0: no prototypes yet
-    round1 = calls[2 * len(algos):2 * len(algos) + 2]
-    assert [c[2] for c in round1] == [False, True]  # the prototype pull is on the body phase only
+    body, n = set(algos[0].body), len(algos)
+    rounds = [calls[:2 * n], calls[2 * n:4 * n]]
+    for phase in rounds:   # each device: its head phase, then its body phase
+        assert sorted(c[1] == body for c in phase) == [False] * n + [True] * n
+    assert not any(c[2] for c in rounds[0])  # round 0: no prototypes yet
+    # round 1: the prototype pull is on the body phase only
+    assert all(c[2] == (c[1] == body) for c in rounds[1])
     payload = algos[0].share(2)
     assert set(payload.tensors) == set(algos[0].body) | {"prototypes"}
 
@@ -164,8 +159,8 @@ def test_ditto_evaluates_a_personal_model_distinct_from_the_global_one(repo_root
         drive(algos, 4)
         a = algos[0]
         glob, pers = params(a.ctx.model), params(a.personal)
-        assert a.evaluate() == evaluate(a.personal, a.ctx.x_test, a.ctx.y_test)
-        assert a.evaluate() != evaluate(a.ctx.model, a.ctx.x_test, a.ctx.y_test)
+        assert a.evaluated_model() is a.personal
+        assert evaluate(a.personal, a.ctx.x_test, a.ctx.y_test) != evaluate(a.ctx.model, a.ctx.x_test, a.ctx.y_test)
         return sum(float(((pers[n] - glob[n]) ** 2).sum()) for n in glob)
 
     loose, tight = gap(0.0), gap(20.0)
@@ -223,7 +218,7 @@ def test_fedhome_fine_tunes_on_a_balanced_set_in_the_final_rounds(repo_root):
                                      "dataset.synthetic.num_classes=3"), base)[0]
     assert not algo.local_phase(5) and algo.local_phase(6)
     assert algo.share(6) is None and algo.share(5) is not None
-    algo.train(6)
+    train_once(algo, 6)
     counts = np.bincount(algo.balanced[1].numpy()).tolist()
     majority = int((dev.y_train == 0).sum())
     assert counts == [majority] * 3
@@ -259,7 +254,7 @@ def test_payload_with_wrong_shape_is_rejected(repo_root, name):
              "fedhome": ["algorithm.fine_tune_rounds=2"]}.get(name, [])
     algos = build_algorithms(scenario(repo_root, name, *extra), _tiny_data())
     a, b = algos[0], algos[1]
-    a.train(0)
+    train_once(a, 0)
     good = a.share(0)
     for tensor in good.tensors:
         bad = Payload(dict(good.meta), {k: v.copy() for k, v in good.tensors.items()})

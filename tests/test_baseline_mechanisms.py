@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from p2pfed.algorithms.protohar import ProtoHAR
+from p2pfed.algorithms.averaging.protohar import ProtoHAR
 from p2pfed.engine.runner import run_scenario
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.network.topology import build_topology

@@ -8,7 +8,7 @@ import torch
 
 from p2pfed.learning import batched_fusion
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs, weighted_mean_job
-from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job
+from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
 
 SHAPES = {"layers.0.weight": (9, 5), "layers.0.bias": (9,), "layers.1.weight": (4, 9), "layers.1.bias": (4,)}
 

@@ -107,23 +107,28 @@ def test_train_group_is_the_same_whatever_order_the_devices_come_in():
     np.testing.assert_allclose(lb, la, atol=1e-6)
 
 
-def test_only_methods_that_train_plainly_offer_a_training_job(repo_root):
+def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_root):
+    """A method's ``train`` returns its job; the runtime batches the plain ones (cross-entropy on
+    the whole model), runs the others alone, and a method that trains its own way returns None."""
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", ["dataset.synthetic.num_devices=3"])
     dataset = load_scenario_dataset(loaded)
-    offers = {}
+    batchable = {}
     for name in ALGORITHMS:
-        algo = build_algorithms(loaded.with_algorithm(name), dataset)[0]
-        offers[name] = algo.training_job(0) is not None
-    assert {n for n, o in offers.items() if o} >= {"local", "gossip-avg", "fedsub", "fedclar", "fedhome", "ditto"}
-    assert not any(offers[n] for n in ("fedprox", "fedrep", "protohar", "fedproto", "safl"))
-    fedclar = build_algorithms(loaded.with_algorithm("fedclar"), dataset)[0]
-    assert fedclar.training_job(fedclar.cluster_round) is None
-    # a method's job is its default training: running it is exactly Algorithm.train
-    a, b = (build_algorithms(loaded.with_algorithm("local"), dataset)[0] for _ in range(2))
-    a.train(0)
-    b.training_job(0).run()
-    for p, q in zip(a.ctx.model.parameters(), b.ctx.model.parameters(), strict=True):
-        assert torch.equal(p, q)
+        job = build_algorithms(loaded.with_algorithm(name), dataset)[0].train(0)
+        batchable[name] = job is not None and job.batchable()
+    # FedProto's pull needs averaged prototypes: before any arrive (round 0) its training is plain
+    assert {n for n, b in batchable.items() if b} == {"local", "gossip-avg", "fedsub", "fedclar", "fedhome", "ditto",
+                                                       "fedper", "fedproto"}
+    # FedCLAR's clustered update, kept by its job's ``then`` after the batched training, is what
+    # the training changed
+    algos = build_algorithms(loaded.with_algorithm("fedclar"), dataset)
+    before = [{n: p.detach().clone() for n, p in a.ctx.model.named_parameters()} for a in algos]
+    jobs = [a.train(a.cluster_round) for a in algos]
+    assert all(job.batchable() for job in jobs)
+    train_jobs(jobs)
+    for a, start in zip(algos, before, strict=True):
+        moved = torch.cat([(p.detach() - start[n]).flatten() for n, p in a.ctx.model.named_parameters()])
+        assert a.update is not None and np.array_equal(a.update, moved.numpy())
 
 
 def _f1(path) -> list[float]:

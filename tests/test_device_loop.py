@@ -11,19 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfed.algorithms import ALGORITHMS
+from p2pfed.algorithms import ALGORITHMS, Payload
+from p2pfed.learning.training import evaluate
 from p2pfed.device import (
-    Held,
-    Intake,
-    IntakeRules,
-    encode_share,
-    load_checkpoint,
-    save_checkpoint,
-)
+    Held, Intake, IntakeRules, encode_share, load_checkpoint, merge_parts, save_checkpoint)
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import fuse_once, train_once
 from tests.conftest import ROOT
 from tests.hand_driven import clique_rounds
 
@@ -90,18 +86,23 @@ def test_method_state_round_trips_through_a_checkpoint_file(name, tmp_path):
     twin.load_state_dict(load_checkpoint(tmp_path / "a.ckpt", "test", "fp"))
     for a in (algos[0], twin):
         if a.has_new():
-            a.fuse_new(3, 3.0)
-        a.train(3)
+            fuse_once(a, 3, 3.0)
+        train_once(a, 3)
     for (k, v), (_, w) in zip(algos[0].ctx.model.state_dict().items(), twin.ctx.model.state_dict().items()):
         assert torch.equal(v, w), k
-    one, two = algos[0].share(3), twin.share(3)
-    assert (one is None) == (two is None)
-    if one is not None:
+    ones, twos = (merge_parts(_payloads(a.share(3))) for a in (algos[0], twin))
+    assert len(ones) == len(twos)
+    for one, two in zip(ones, twos):
         assert one.meta == two.meta and one.tensors.keys() == two.tensors.keys()
         for k in one.tensors:
             np.testing.assert_array_equal(one.tensors[k], two.tensors[k])
-    assert algos[0].evaluate() == twin.evaluate()
+    assert [evaluate(a.evaluated_model(), a.ctx.x_test, a.ctx.y_test) for a in (algos[0], twin)] == \
+        [evaluate(twin.evaluated_model(), twin.ctx.x_test, twin.ctx.y_test)] * 2
     assert algos[0].stats() == twin.stats()
+
+
+def _payloads(shared):
+    return [] if shared is None else [shared] if isinstance(shared, Payload) else list(shared)
 
 
 # -- FedCLAR: the clusters form in the order that runs -------------------------------------------
@@ -126,10 +127,10 @@ def _intake(**rules):
     dataset = load_scenario_dataset(loaded)
     algo = build_algorithm(loaded, dataset, 0)
     sender = build_algorithm(loaded, dataset, 1)
-    sender.train(0)
+    train_once(sender, 0)
     recorder = Recorder(6)
     intake = Intake(0, algo, recorder, IntakeRules(2**24, num_devices=6, **rules))
-    return intake, recorder, sender.share(0), sender.message_kind
+    return intake, recorder, sender.share(0), sender.kind()
 
 
 def test_intake_checks_sender_window_kind_relay_and_counts_each_drop():

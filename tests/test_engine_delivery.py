@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from p2pfed.algorithms import Payload
-from p2pfed.device import IntakeRules
+from p2pfed.device import IntakeRules, merge_parts
 from p2pfed.device.wire import encode_share
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import train_once
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 MAX = 1 << 20
@@ -84,16 +85,16 @@ def test_a_frame_the_sockets_refuse_is_counted_by_each_receiver():
 def test_fedsub_receivers_with_the_same_model_shapes_share_one_checked_parse():
     algorithms, recorder, delivery = federation("fedsub")
     for algo in algorithms:
-        algo.train(0)
-    payload = algorithms[0].share(0)
-    frame = delivery.carry(Frame(encode_share(algorithms[0].message_kind, 0, 0, 0.0, payload, MAX)), [1, 2, 3])
+        train_once(algo, 0)
+    (payload,) = merge_parts(algorithms[0].share(0))
+    frame = delivery.carry(Frame(encode_share(algorithms[0].kind(), 0, 0, 0.0, payload, MAX)), [1, 2, 3])
     assert all(delivery.take(0, dst, frame, 1.0, 0) is not None for dst in (1, 2, 3))
-    parsed = [algorithms[dst].parsed[0] for dst in (1, 2, 3)]
+    parsed = [algorithms[dst].cache[0].parsed for dst in (1, 2, 3)]
     assert parsed[0] is parsed[1] is parsed[2]            # checked once for these shapes
     assert not parsed[0].prototypes.flags.writeable       # shared, so read-only
     # A part addressed to one peer is still refused by every other receiver of the same frame.
     addressed = Payload({**payload.meta, "to": 2}, payload.tensors)
-    frame = delivery.carry(Frame(encode_share(algorithms[0].message_kind, 0, 1, 2.0, addressed, MAX)), [1, 2, 3])
+    frame = delivery.carry(Frame(encode_share(algorithms[0].kind(), 0, 1, 2.0, addressed, MAX)), [1, 2, 3])
     taken = [delivery.take(0, dst, frame, 3.0, 0) for dst in (1, 2, 3)]
     assert [item is not None for item in taken] == [False, True, False]
     assert recorder.drop_reasons["artifact"] == 2

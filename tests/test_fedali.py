@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from p2pfed.algorithms import Received
 from p2pfed.device import DeviceLoop
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.alignment import ALPLayer, kmeans_prototypes, marginal_error, sinkhorn_plan
+from p2pfed.algorithms.fedali.alignment import ALPLayer, kmeans_prototypes, marginal_error, sinkhorn_plan
 from p2pfed.learning.training import evaluate
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import fuse_once, train_once
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -185,9 +186,9 @@ def test_reset_local_is_the_papers_choice_and_can_be_turned_off():
         run = load_scenario(SCENARIO, SMALL + [f"algorithm.reset_local={str(reset).lower()}"])
         a, b = (build_algorithm(run, dataset, i) for i in (0, 1))
         for algo in (a, b):
-            algo.train(0)
+            train_once(algo, 0)
         a.receive(Received(sender=1, round=0, sent_at=0.0, received_at=0.0, payload=b.share(0)))
-        a.fuse_new(1, 1.0)
+        fuse_once(a, 1, 1.0)
         same = torch.equal(a.alp.local_prototypes, a.alp.global_prototypes)
         assert same is reset
 
@@ -201,10 +202,10 @@ def test_a_payload_with_bad_prototypes_is_refused():
     payload = b.share(0)
     payload.tensors["local_prototypes"] = payload.tensors["local_prototypes"][:3]
     with pytest.raises(ArtifactError, match="local_prototypes"):
-        a.check_payload(payload)
+        a.check(payload)
     payload.tensors["local_prototypes"] = np.full((8, 32), np.nan, dtype=np.float32)
     with pytest.raises(ArtifactError, match="local_prototypes"):
-        a.check_payload(payload)
+        a.check(payload)
 
 
 def test_hidden_layer_past_the_model_is_reported_naming_the_field(tmp_path, capsys):
@@ -237,7 +238,7 @@ def test_generalization_is_each_devices_macro_f1_on_the_other_devices_pooled_tes
     algos = build_algorithms(loaded, dataset)
     recorder = Recorder(len(algos))
     for i, algo in enumerate(algos):
-        algo.train(0)
+        train_once(algo, 0)
         DeviceLoop(i, algo, recorder, clock=lambda: 0.0, max_message_bytes=2**20).evaluate(0)
     expected = []
     for i, algo in enumerate(algos):

@@ -12,9 +12,10 @@ from p2pfed.algorithms import ArtifactError, Payload, Received
 from p2pfed.algorithms.model_payload import average_into, model_tensors
 from p2pfed.cli.main import main
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.neuron_masks import fixed_units, parameter_masks
+from p2pfed.algorithms.fedpews.neuron_masks import fixed_units, parameter_masks
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import fuse_once, train_once
 from tests.hand_driven import two_populations
 
 TINY = ["rounds=10", "training.lr=0.1", "dataset.synthetic.num_devices=6",
@@ -29,9 +30,8 @@ def scenario(repo_root, name, *extra):
 def exchange(algos, r):
     """One synchronous round on a complete graph in the device loop's order (fuse → train → share)."""
     for a in algos:
-        if a.has_new():
-            a.fuse_new(r, float(r))
-        a.train(r)
+        fuse_once(a, r, float(r))
+        train_once(a, r)
     sent = [a.share(r) for a in algos]
     for i, payload in enumerate(sent):
         for j, b in enumerate(algos):
@@ -98,7 +98,7 @@ def test_after_w_rounds_whole_models_are_shared_and_averaged_like_gossip(repo_ro
     peers = [(model_tensors(expected, r.payload), float(r.payload.meta["num_samples"]))
              for r in (a.cache[s] for s in sorted(a.cache))]
     average_into(expected, float(a.ctx.num_samples), peers)
-    a.fuse_new(3, 3.0)
+    fuse_once(a, 3, 3.0)
     for (n, p), (_, q) in zip(a.ctx.model.named_parameters(), expected.named_parameters()):
         torch.testing.assert_close(p, q, msg=n)
 
@@ -112,7 +112,7 @@ def test_warmup_fusion_averages_each_parameter_over_the_subnetworks_that_hold_it
     for s in sorted(a.cache):
         share = a.decode(a.cache[s].payload)
         holders.append((share.units, share.values, share.weight))
-    a.fuse_new(1, 1.0)
+    fuse_once(a, 1, 1.0)
     masks = [parameter_masks(a.ctx.model, u) for u, _, _ in holders]
     total = sum(w for _, _, w in holders)
     partial = 0
@@ -143,7 +143,7 @@ def test_fixed_devices_train_only_their_groups_subnetwork(repo_root):
                                       "algorithm.groups=2", "algorithm.shared_fraction=0.25"), two_populations())
     a = algos[1]
     before = {n: p.detach().clone() for n, p in a.ctx.model.named_parameters()}
-    a.train(0)
+    train_once(a, 0)
     expected_units = fixed_units([16, 32], 2, 1, 0.25)
     assert all(torch.equal(u, e) for u, e in zip(a.units, expected_units))
     masks = parameter_masks(a.ctx.model, expected_units)
@@ -160,7 +160,7 @@ def test_fixed_devices_train_only_their_groups_subnetwork(repo_root):
 def test_payload_with_wrong_shape_or_values_is_rejected(repo_root, name):
     algos = build_algorithms(scenario(repo_root, name, "algorithm.warmup_rounds=3"), two_populations())
     a, b = algos[0], algos[1]
-    a.train(0)
+    train_once(a, 0)
     good = a.share(0)
     for tensor in good.tensors:
         bad = Payload(dict(good.meta), {k: v.copy() for k, v in good.tensors.items()})

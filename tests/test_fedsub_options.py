@@ -12,11 +12,12 @@ from p2pfed.algorithms.base import Received
 from p2pfed.cli.main import main
 from p2pfed.data.dynamic import draw_class_schedule
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.collaborative import predict_missing, similarity_matrix
-from p2pfed.learning.privacy import noise_std
-from p2pfed.learning.subnetworks import parameter_masks
+from p2pfed.algorithms.fedsub.collaborative import predict_missing, similarity_matrix
+from p2pfed.algorithms.fedsub.privacy import noise_std
+from p2pfed.algorithms.fedsub.subnetworks import parameter_masks
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.testing import whole_share, fuse_once, train_once
 
 SMALL = ["rounds=3", "dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20",
          "model.hidden=[16,32]"]
@@ -69,8 +70,8 @@ def _exchange(algos, round=0):
     """Everyone trains and shares once; every payload reaches every other device."""
     payloads = []
     for a in algos:
-        a.train(round)
-        payloads.append(a.share(round))
+        train_once(a, round)
+        payloads.append(whole_share(a, round))
     for dst, a in enumerate(algos):
         for src, p in enumerate(payloads):
             if src != dst:
@@ -94,7 +95,7 @@ def _overlap_violations(fusion: str) -> tuple[int, int, int]:
     for i, me in enumerate(algos):
         model = me.ctx.model
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        me.fuse(0, 1.0)
+        fuse_once(me, 0, 1.0)
         allowed = {n: torch.zeros_like(p, dtype=torch.bool) for n, p in before.items()}
         partial = {n: torch.zeros_like(p, dtype=torch.bool) for n, p in before.items()}
         view = {i: me.own, **me.peers}
@@ -134,8 +135,8 @@ def test_gaussian_and_laplace_noise_have_the_configured_scale(repo_root):
                          "algorithm.proto_noise_sensitivity=0.5"], np.sqrt(2) * 0.25),
                        ([], 0.0)]:
         algo = _build(repo_root, [*hidden, *extra])[0]
-        algo.train(0)
-        sent = algo.share(0).tensors["prototypes"]
+        train_once(algo, 0)
+        sent = whole_share(algo, 0).tensors["prototypes"]
         diff = sent - algo.own.prototypes
         assert diff.size >= 4 * 256
         assert float(diff.std()) == pytest.approx(std, rel=0.1, abs=1e-9)
@@ -148,9 +149,9 @@ def test_input_prototypes_are_class_means_of_the_data_noised_once_per_dataset(re
     noise on them is drawn once, so repeating the share does not let a peer average it away."""
     algo = _build(repo_root, ["algorithm.proto_noise=gaussian", "algorithm.proto_noise_sigma=0.5"])[0]
     x, y = algo.ctx.x_train.numpy(), algo.ctx.y_train.numpy()
-    first = algo.share(0)
-    algo.train(0)
-    second = algo.share(1)
+    first = whole_share(algo, 0)
+    train_once(algo, 0)
+    second = whole_share(algo, 1)
     classes = first.meta["classes"]
     assert algo.own.prototypes.shape == (len(classes), x.shape[1])
     np.testing.assert_allclose(algo.own.prototypes, np.stack([x[y == c].mean(axis=0) for c in classes]),
@@ -159,7 +160,7 @@ def test_input_prototypes_are_class_means_of_the_data_noised_once_per_dataset(re
     np.testing.assert_array_equal(first.tensors["prototypes"], second.tensors["prototypes"])
     # new local data: new prototypes, new noise
     algo.ctx.set_visible_classes(frozenset(classes[:2]))
-    third = algo.share(2)
+    third = whole_share(algo, 2)
     assert third.meta["classes"] == classes[:2]
     assert not np.array_equal(third.tensors["prototypes"], first.tensors["prototypes"][:2])
 
@@ -186,7 +187,7 @@ def test_predicted_prototypes_let_a_device_fuse_classes_it_has_no_data_for(repo_
     me = algos[0]
     missing = sorted(set(range(4)) - set(me.own.classes))
     before = {n: p.detach().clone() for n, p in me.ctx.model.named_parameters()}
-    me.fuse(0, 1.0)
+    fuse_once(me, 0, 1.0)
     assert me.last_predicted >= 1
     assert set(me.last_k) > set(me.own.classes) and set(me.last_k) & set(missing)
     # the output row of a missing class can only change through a fused peer subnetwork
@@ -196,7 +197,7 @@ def test_predicted_prototypes_let_a_device_fuse_classes_it_has_no_data_for(repo_
     plain = _build(repo_root, extra[:1] + extra[3:])
     _exchange(plain)
     before = plain[0].ctx.model.layers[-1].weight.detach().clone()
-    plain[0].fuse(0, 1.0)
+    fuse_once(plain[0], 0, 1.0)
     assert all(torch.equal(plain[0].ctx.model.layers[-1].weight.detach()[c], before[c]) for c in missing)
 
 
@@ -283,11 +284,11 @@ dynamic: {devices_fraction: 0.5, max_removed_fraction: 0.7, return_every: 2}
 @pytest.mark.parametrize("float16", [False, True])
 def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit(repo_root, float16):
     from p2pfed.algorithms.base import ArtifactError, Payload
-    from p2pfed.algorithms.fedsub import decode_subnetworks, encode_subnetworks
-    from p2pfed.learning.subnetworks import union_units
+    from p2pfed.algorithms.fedsub.method import decode_subnetworks, encode_subnetworks
+    from p2pfed.algorithms.fedsub.subnetworks import union_units
     from p2pfed.transport import Message, decode, encode
     algo = _build(repo_root, ["model.hidden=[13,30]", "algorithm.extraction=lrp-a1b0"])[0]
-    algo.train(0)
+    train_once(algo, 0)
     algo._extract()
     own = algo.own
     model = algo.ctx.model
@@ -317,10 +318,10 @@ def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_
     """The simulators give every receiver of a broadcast the same decoded arrays and memo: FedSub
     builds the dense copy once, but a receiver whose model does not fit still refuses it."""
     from p2pfed.algorithms.base import ArtifactError, Payload
-    from p2pfed.algorithms.fedsub import decode_subnetworks, encode_subnetworks
+    from p2pfed.algorithms.fedsub.method import decode_subnetworks, encode_subnetworks
     from p2pfed.learning.model import MLP
     algo = _build(repo_root, ["model.hidden=[13,30]"])[0]
-    algo.train(0)
+    train_once(algo, 0)
     algo._extract()
     model, own = algo.ctx.model, algo.own
     tensors = encode_subnetworks(model, own.units, False)
@@ -346,7 +347,7 @@ def test_partial_depth_keeps_the_later_layers_local(repo_root):
     changed_first = 0
     for me in algos:
         before = {n: p.detach().clone() for n, p in me.ctx.model.named_parameters()}
-        me.fuse(0, 1.0)
+        fuse_once(me, 0, 1.0)
         after = dict(me.ctx.model.named_parameters())
         for n, p in before.items():
             if n.startswith("layers.0."):
@@ -363,8 +364,8 @@ def test_reliability_scores_follow_the_paper(repo_root, score):
     (me, *_rest) = _build(repo_root, ["dataset.synthetic.num_devices=3",
                                       "dataset.synthetic.classes_per_device=3",
                                       f"algorithm.score={score}"])
-    me.train(0)
-    payload = me.share(0)
+    train_once(me, 0)
+    payload = whole_share(me, 0)
     classes = payload.meta["classes"]
     counts = np.array(payload.meta["counts"], dtype=float)
     acc = per_class_accuracy(me.ctx.model, me.ctx.x_train, me.ctx.y_train, me.ctx.num_classes)[classes]

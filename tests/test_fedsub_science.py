@@ -3,7 +3,6 @@ space, and the two-phase exchange (prototypes first, subnetworks only to cluster
 checked in real runs through ``summary.json``."""
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,11 +11,12 @@ from p2pfed.algorithms.base import Algorithm, Payload, Received
 from p2pfed.cli.main import main
 from p2pfed.engine.contacts import ContactPlan, make_contact
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
-from p2pfed.learning.clustering import choose_k_by_dbi
-from p2pfed.learning.training import Evaluation
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
+from p2pfed.testing import fuse_once
+from tests.hand_driven import stub_context
 
 SMALL = ["dataset.synthetic.num_devices=8", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
          "algorithm.kmeans_n_init=2"]
@@ -95,7 +95,7 @@ def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes
         a.ctx.neighbours = lambda a=a: [j for j in everyone if j != a.ctx.device_id]
 
     def exchange(round):
-        parts = [a.share_parts(round) for a in algos]
+        parts = [a.share(round) for a in algos]
         for dst, a in enumerate(algos):
             for src, ps in enumerate(parts):
                 for p in ps:
@@ -107,7 +107,7 @@ def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes
     first = exchange(0)
     assert all(len(ps) == 1 and ps[0].meta["part"] == "prototypes" for ps in first)  # nothing asked yet
     for a in algos:
-        a.fuse(0, 1.0)
+        fuse_once(a, 0, 1.0)
     asked = {(i, peer): set(classes) for i, a in enumerate(algos) for peer, classes in a.requests.items()}
     assert asked, "no device asked anyone: the clusters are singletons"
     exchange(1)             # the requests travel with the prototypes...
@@ -120,7 +120,7 @@ def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes
     stray = next(p for ps in second for p in ps[1:])
     other = next(a for a in algos if a.ctx.device_id != stray.meta["to"])
     with pytest.raises(Exception, match="'to' addresses peer"):
-        other.check_payload(stray)
+        other.check(stray)
 
 
 def test_an_expired_part_leaves_the_peer_view_before_the_peers_next_part_arrives(repo_root):
@@ -128,16 +128,16 @@ def test_an_expired_part_leaves_the_peer_view_before_the_peers_next_part_arrives
     merges with what is left (this raised KeyError at 1,000 devices over random-waypoint contacts)."""
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL)
     me, peer = build_algorithms(loaded, load_scenario_dataset(loaded))[:2]
-    protos, subnetworks = peer.share_parts(0)
+    protos, subnetworks = peer.share(0)
     for t, p in ((0.0, protos), (5.0, subnetworks)):
         me.receive(Received(sender=1, round=0, sent_at=t, received_at=t, payload=p))
     assert me.peers[1].values is not None
     me.take_fresh()
     me.drop_stale(28.0, max_age_s=25.0)   # a step with nothing new: the prototype part expires
-    assert set(me.cache) == set(me.parsed) == {(1, "subnetworks")} and not me.peers
+    assert set(me.cache) == {(1, "subnetworks")} and not me.peers
     me.drop_stale(31.0, max_age_s=25.0)   # and then the subnetworks
-    assert not me.cache and not me.parsed
-    protos = peer.share_parts(1)[0]
+    assert not me.cache
+    protos = peer.share(1)[0]
     me.receive(Received(sender=1, round=1, sent_at=40.0, received_at=40.0, payload=protos))
     assert set(me.peers) == {1} and me.peers[1].values is None   # clustered, nothing to fuse yet
 
@@ -147,16 +147,16 @@ class Addressed(Algorithm):
 
     name = "addressed"
     message_kind = "test/addressed"
-    parts_always = True
+    parts = ("prototypes", "subnetworks")
 
     def __init__(self, to: int | None, big: int) -> None:
-        super().__init__(ctx=SimpleNamespace(neighbours=None, generalization_data=None), options=None)
+        super().__init__(ctx=stub_context(), options=None)
         self.to, self.big, self.got = to, big, []
 
     def train(self, round: int) -> None:
-        pass
+        return None
 
-    def share_parts(self, round: int) -> list[Payload]:
+    def share(self, round: int) -> list[Payload]:
         parts = [Payload({"part": "prototypes"}, {"data": np.zeros(1000, dtype=np.uint8)})]
         if self.to is not None:
             parts.append(Payload({"part": "subnetworks", "to": self.to}, {"data": np.zeros(self.big, dtype=np.uint8)}))
@@ -165,9 +165,6 @@ class Addressed(Algorithm):
     def receive(self, item: Received) -> None:
         self.got.append((item.sender, item.payload.meta["part"]))
         super().receive(item)
-
-    def evaluate(self) -> Evaluation:
-        return Evaluation(f1_macro=0.0, loss=0.0, accuracy=0.0)
 
 
 @pytest.mark.parametrize("big, aborted", [(100_000, 0), (2_000_000, 1)])

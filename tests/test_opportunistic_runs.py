@@ -12,6 +12,7 @@ from p2pfed.cli.main import main
 from p2pfed.engine.runner import run_scenario
 from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.testing import whole_share, fuse_once, train_once
 
 SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
          "contacts.duration_s=600", "asynchronous.train_period_s=60", "evaluation.every_s=150"]
@@ -140,13 +141,13 @@ def test_fedsub_parts_fuse_exactly_like_the_whole_payload(repo_root):
     def fused(split: bool):
         algos = build_algorithms(loaded, dataset)
         for a in algos:
-            a.train(0)
-        shares = [a.share_parts(0) if split else [a.share(0)] for a in algos]
+            train_once(a, 0)
+        shares = [a.share(0) if split else [whole_share(a, 0)] for a in algos]
         me = algos[0]
         for sender, parts in enumerate(shares[1:], start=1):
             for p in parts:
                 me.receive(Received(sender, 0, 0.0, 1.0, Payload(dict(p.meta), dict(p.tensors))))
-        me.fuse(0, 1.0)
+        fuse_once(me, 0, 1.0)
         return [p.detach().clone() for p in me.ctx.model.parameters()]
 
     for a, b in zip(fused(False), fused(True)):
@@ -158,15 +159,15 @@ def test_fedsub_peer_known_only_by_prototypes_does_not_change_parameters(repo_ro
     from p2pfed.scenario.build import load_scenario_dataset
     algos = build_algorithms(loaded, load_scenario_dataset(loaded))
     for a in algos:
-        a.train(0)
+        train_once(a, 0)
     me = algos[0]
-    me.share_parts(0)
+    me.share(0)
     before = [p.detach().clone() for p in me.ctx.model.parameters()]
     for sender in range(1, len(algos)):
-        protos = algos[sender].share_parts(0)[0]
+        protos = algos[sender].share(0)[0]
         assert protos.meta["part"] == "prototypes" and set(protos.tensors) == {"prototypes"}
         me.receive(Received(sender, 0, 0.0, 1.0, protos))
-    me.fuse(0, 1.0)
+    fuse_once(me, 0, 1.0)
     assert all(torch.equal(a, b) for a, b in zip(before, me.ctx.model.parameters()))
     assert not any(r.fresh for r in me.cache.values())
 
@@ -189,13 +190,13 @@ def test_fedsub_steps_finishing_in_one_batch_window_sweep_together_and_match_one
     process: the K sweeps of the steps finishing together go to one clustering call (problems
     of equal size then stack), and the run equals the same run computed one device at a time
     (``engine.batched_training=false``) to float rounding."""
-    from p2pfed.learning import clustering
+    from p2pfed.algorithms.fedsub import clustering
 
     calls = []
     real = clustering.choose_k_by_dbi_many
     monkeypatch.setattr(clustering, "choose_k_by_dbi_many",
                         lambda sets, **kw: calls.append(len(sets)) or real(sets, **kw))
-    overrides = SMALL + KINDS["random-waypoint"] + ["asynchronous.batch_window_s=40", "engine.sweep_helper=false"]
+    overrides = SMALL + KINDS["random-waypoint"] + ["asynchronous.batch_window_s=40", "engine.offload=false"]
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", overrides)
     batched = run_scenario(loaded, tmp_path / "batched", progress=False)
     classes = loaded.scenario.dataset.synthetic.num_classes

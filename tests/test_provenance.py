@@ -5,8 +5,8 @@ import subprocess
 
 import p2pfed
 from p2pfed.results.provenance import _git_state, code_version, describe
-from p2pfed.sweep.aggregate import CellResult
-from p2pfed.sweep.report import code_note
+from p2pfed.sweeps.aggregate import CellResult
+from p2pfed.sweeps.report import code_note
 
 
 def test_code_version_names_the_package_and_the_commit_when_in_git():

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2pfed.learning.fusion import FUSIONS, combine_cluster_updates
+from reference_fusion import FUSIONS, combine_cluster_updates
 from p2pfed.learning.model import MLP
-from p2pfed.learning.row_fusion import ClassCluster, row_fusion_job, row_weights
-from p2pfed.learning.subnetworks import parameter_masks
+from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job, row_weights
+from p2pfed.algorithms.fedsub.subnetworks import parameter_masks
 
 
 def fuse_rows(own, members, clusters, rule, num_layers):

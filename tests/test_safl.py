@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from p2pfed.algorithms import ArtifactError
-from p2pfed.algorithms.safl import rate_schedule
-from p2pfed.algorithms.submodel_payload import decode_submodel, encode_submodel
+from p2pfed.algorithms.safl.method import rate_schedule
+from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.cli.main import main
 from p2pfed.data.dataset import DeviceData, FederatedDataset
 from p2pfed.device import full_model_bytes
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.heterogeneous import SubModel, fuse_cluster, preserve_personal
+from p2pfed.algorithms.safl.heterogeneous import SubModel, fuse_cluster, preserve_personal
 from p2pfed.learning.model import MLP
-from p2pfed.learning.slimming import (
+from p2pfed.algorithms.safl.slimming import (
     element_masks,
     kept_parameter_fraction,
     pruned_fraction,
@@ -31,6 +31,7 @@ from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import ScenarioError, load_scenario
 from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Message, encode
+from p2pfed.testing import train_once
 from tests.conftest import ROOT
 from tests.hand_driven import clique_rounds
 
@@ -218,13 +219,13 @@ def test_a_malformed_share_is_refused():
     loaded = load_scenario(SCENARIO, SMALL)
     from p2pfed.scenario.build import load_scenario_dataset
     algo = build_algorithm(loaded, load_scenario_dataset(loaded), 0)
-    algo.train(0)
+    train_once(algo, 0)
     good = algo.share(0)
-    algo.check_payload(good)
+    algo.check(good)
     for meta, match in (({"cluster": 5}, "cluster"), ({"rate": 1.0}, "rate"), ({"stage": 3}, "stage")):
         bad = type(good)({**good.meta, **meta}, good.tensors)
         with pytest.raises(ArtifactError, match=match):
-            algo.check_payload(bad)
+            algo.check(bad)
     wrong = dict(good.tensors, **{"gates.0": good.tensors["gates.0"][:-1]})
     with pytest.raises(ArtifactError, match="gates.0"):
-        algo.check_payload(type(good)(good.meta, wrong))
+        algo.check(type(good)(good.meta, wrong))

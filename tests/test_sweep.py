@@ -17,9 +17,9 @@ import yaml
 
 from p2pfed.algorithms import ALGORITHMS
 from p2pfed.cli.main import main
-from p2pfed.sweep.aggregate import mean_ci
-from p2pfed.sweep.cells import expand
-from p2pfed.sweep.spec import SweepSpec, read_sweep
+from p2pfed.sweeps.aggregate import mean_ci
+from p2pfed.sweeps.cells import expand
+from p2pfed.sweeps.spec import SweepSpec, read_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"rounds": 2, "dataset.synthetic.num_devices": 4, "dataset.synthetic.samples_per_class": 15,
@@ -197,7 +197,8 @@ def test_bad_sweep_file_is_refused_one_line_per_problem(tmp_path, capsys):
         f"{bad}: seeds: each entry may appear once, got [1, 1]",
         f"{bad}: grid: 'seed' is set by the sweep's 'seeds' list, not here",
         f"{bad}: colour: unknown key",
-        f"{bad}: methods.1: unknown algorithm 'nosuch'; choose one of: {', '.join(sorted(ALGORITHMS))}"]
+        f"{bad}: methods.1: unknown algorithm 'nosuch'; choose one of: {', '.join(sorted(ALGORITHMS))}; "
+        "or name your own class as module:Class or path/to/file.py:Class"]
     assert not (tmp_path / "out").exists()
 
     values = write_sweep(tmp_path, name="values", methods=["fedsub", "fedprox"],

@@ -1,15 +1,32 @@
-"""The device-side algorithm interface: what one device does with its data, model and peers.
+"""The device-side method interface: what one device does with its data, its model and its peers.
 
-An algorithm never knows whether it runs in the SimPy simulation or in a real peer process.
-It sees its local data, its model, the payloads peers sent it (with sender and age) and the
-time the runtime tells it. One device loop (``p2pfed.device``) drives every runtime in the same
-order each time a device acts — FedSub Alg. 1:
+A method never knows whether it runs in the synchronous simulation, over contacts or in a real
+peer process, nor whether its work is batched with other devices' or run alone: it describes
+what it wants done, and the runtime decides how. One device loop (``p2pfed.device``) calls, each
+time a device acts (FedSub Alg. 1, client side with the server's part on the device):
 
-    fuse (if new payloads arrived)  →  evaluate (when due)  →  train  →  share
+    fuse(fresh)  →  evaluate (when due)  →  train  →  share
 
-(``evaluation.when: after-training`` evaluates after ``train`` instead), and takes every incoming message in through one intake that ends in ``receive``. A method keeps
-everything it needs between rounds behind ``state_dict`` / ``load_state_dict``, so checkpoints
-restore it exactly. A new method is one file with one subclass registered by name.
+(``evaluation.when: after-training`` evaluates after ``train``), and every message that reaches
+the device goes through one intake that ends in the method's ``check``. The eight hooks a method
+may override, each documented with an example in ``docs/writing-a-method.md``:
+
+========================  ==========================================================================
+``train(round)``          a ``TrainingJob`` for the runtime to run (batched where it can), or None
+                          after training here
+``fuse(fresh, r, now)``   a ``FusionJob`` (weighted sums of parameters, batched where it can), a
+                          ``Deferred`` one (waiting for work sent to ``ctx.offload``), None after
+                          fusing here, or ``NOT_READY``
+``share(round)``          the payload(s) to send
+``check(payload)``        validate a peer's payload; what it returns is kept as ``Received.parsed``
+``evaluated_model()``     the model this device is scored on
+``stats()``               numbers for ``summary.json``
+``state_dict()``          everything the method keeps between rounds beyond the base state
+``load_state_dict(s)``    restore it
+========================  ==========================================================================
+
+Everything else here is runtime plumbing a method may read (``ctx``, ``options``, ``cache``) or
+call (``training_job``, ``drop_stale``), never override.
 """
 
 from __future__ import annotations
@@ -19,12 +36,12 @@ from abc import ABC
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
-from pydantic import BaseModel, ConfigDict
 
 from p2pfed.algorithms.payloads import Payload, Received
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
@@ -32,35 +49,145 @@ from p2pfed.data import DeviceData
 from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import MLP
-from p2pfed.learning.training import Evaluation, TrainingConfig, evaluate, train_epochs
+from p2pfed.learning.training import ExtraLoss, TrainingConfig
 
-
-# A fusion job still waiting for work done elsewhere: call it to get the job (None: nothing to do).
-LaterFusion = Callable[[], FusionJob | None]
+T = TypeVar("T")
 
 
 class ArtifactError(ValueError):
     """A peer's payload does not fit the local model (wrong fields, shapes or values)."""
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What an option may be checked against before anything runs (``Options`` validators read
+    it from pydantic's validation context with ``run_facts``)."""
+
+    method: str                 # ``algorithm.name``
+    rounds: int                 # rounds a device runs (with contacts: trainings expected)
+    model_name: str             # ``model.name``: "mlp" or a factory of the user's own
+    mlp_layers: int | None      # the MLP's number of Linear layers; None for another model
+
+
+def run_facts(info: ValidationInfo) -> RunFacts | None:
+    """The scenario facts an ``Options`` validator may check against (None outside a scenario)."""
+    context = info.context
+    return context.get("run") if isinstance(context, dict) else None
+
+
 class Options(BaseModel):
-    """Method-specific scenario keys under ``algorithm:``; subclasses add fields."""
+    """Method-specific scenario keys under ``algorithm:``; subclasses add fields. A check that
+    needs the scenario (its rounds, its model) is a ``model_validator(mode="after")`` taking
+    ``info`` and reading ``run_facts(info)``; its message starts with the field at fault."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class MLPOptions(Options):
+    """Options of a method that works on the units of the MLP's layers (FedSub's subnetworks,
+    SAFL's unit gates, FedPeWS's masks): any other ``model.name`` is refused before the run."""
+
+    @model_validator(mode="after")
+    def _model_is_mlp(self, info: ValidationInfo) -> MLPOptions:
+        facts = run_facts(info)
+        if facts is not None and facts.mlp_layers is None:
+            raise ValueError(f"model.name: {facts.method} works on the units of the MLP's layers; use "
+                             f"model.name: mlp (got {facts.model_name!r})")
+        return self
+
+
+def require_mlp(ctx: DeviceContext, method: str) -> MLP:
+    """The device's model, which must be the MLP (the run-time twin of ``MLPOptions``' check)."""
+    if not isinstance(ctx.model, MLP):
+        raise ValueError(f"model.name: {method} works on the units of the MLP's layers; use model.name: mlp "
+                         f"(got {ctx.model_name!r})")
+    return ctx.model
+
+
+class Future(Protocol[T]):
+    """Work under way (``ctx.offload``); ``result()`` waits for it."""
+
+    def result(self) -> T: ...
+
+
+class Offload(Protocol):
+    """Somewhere to send work that need not be done now (``ctx.offload``). The runtime decides
+    where it runs: here when its result is first asked for, or ahead in a helper process while
+    the simulation goes on. Functions must be importable (module-level) and give the same result
+    wherever they run."""
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]: ...
+
+    def submit_many(self, fn: Callable[..., list[T]], items: Sequence[Any], **kwargs: Any) -> Future[list[T]]:
+        """``fn(items, **kwargs)``, where ``fn`` maps a list of items to one result each, the
+        same whatever else it is computed with: requests for the same ``fn`` and ``kwargs``
+        waiting together may be computed in one call."""
+        ...
+
+
+class _Done(Generic[T]):
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def result(self) -> T:
+        return self._value
+
+
+class ComputeNow:
+    """The simplest ``Offload``: everything computed at once, where it is submitted."""
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        return _Done(fn(*args, **kwargs))
+
+    def submit_many(self, fn: Callable[..., list[T]], items: Sequence[Any], **kwargs: Any) -> Future[list[T]]:
+        return _Done(fn(list(items), **kwargs))
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A fusion waiting for work sent to ``ctx.offload``: the runtime calls ``then`` with the
+    ``future``'s result when it needs the fusion's job (a window's end), so the work runs
+    meanwhile — elsewhere, or together with other devices' requests."""
+
+    future: Future[Any]
+    then: Callable[[Any], FusionJob | None]
+
+    def job(self) -> FusionJob | None:
+        return self.then(self.future.result())
+
+
+class NotReady:
+    """``fuse`` returns ``NOT_READY`` when it cannot fuse yet (e.g. FedSub before it has
+    artifacts of its own): the fresh payloads stay fresh and are offered again next time."""
+
+    def __repr__(self) -> str:
+        return "NOT_READY"
+
+
+NOT_READY = NotReady()
+
+TrainingWork = TrainingJob | None
+FusionWork = FusionJob | Deferred | NotReady | None
+
+
 @dataclass
 class DeviceContext:
-    """Everything local to one device that an algorithm may use."""
+    """Everything local to one device that a method may use."""
 
     device: DeviceData
     num_classes: int
-    model: MLP
+    model: nn.Module
     training: TrainingConfig
-    rng: np.random.Generator
-    torch_generator: torch.Generator
+    rng: np.random.Generator                 # the device's numpy stream (part of its state)
+    torch_generator: torch.Generator         # its torch stream: shuffling, sampled masks
     rounds: int  # total rounds of the run: methods with a final local phase need to know the end
-    shared: dict[str, Any] = field(default_factory=dict)  # runtime-wide memo tables (content-keyed)
+    # The stream a model's own randomness (dropout) draws from while it trains, apart from
+    # ``torch_generator`` so that a model without any draws the same numbers as before.
+    model_rng: torch.Generator = field(default_factory=torch.Generator)
+    model_name: str = "mlp"                   # ``model.name``, for messages naming it
+    # Runtime-wide memo tables (content-keyed): devices simulated in one process share them.
+    shared: dict[str, Any] = field(default_factory=dict)
+    offload: Offload = field(default_factory=ComputeNow)   # where work may be sent (see Offload)
     # The devices this one can reach right now, as the runtime sees them (set by the runtime).
     neighbours: Callable[[], list[int]] | None = None
     # The seed every device's initial model was drawn from: a method with extra shared modules
@@ -91,9 +218,7 @@ class DeviceContext:
 
     @contextmanager
     def evaluating_on(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[None]:
-        """Point the test split at other data for the duration: every method's ``evaluate``
-        scores its model on ``ctx.x_test``/``y_test``, so this measures the same model elsewhere
-        (generalization) without each method knowing about it."""
+        """Point the test split at other data for the duration (generalization)."""
         saved = self.x_test, self.y_test
         self.x_test, self.y_test = x, y
         try:
@@ -104,9 +229,8 @@ class DeviceContext:
     def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
         """Restrict the training data — and, with ``hide_test_classes``, the test data — to
         ``classes`` (None: all of it), for data that appears over time. Called by the runtime at
-        the start of a round, so everything computed from the data afterwards (training,
-        prototypes, subnetworks, scores, evaluations) sees the new data. Returns whether the data
-        changed. Methods must read the data here, never ``device.x_train`` (all of it)."""
+        the start of a round, so everything computed from the data afterwards sees the new data.
+        Returns whether the data changed. Methods read the data here, never ``device.x_train``."""
         classes = None if classes is None else frozenset(int(c) for c in classes)
         if classes == self.visible_classes:
             return False
@@ -125,134 +249,70 @@ class DeviceContext:
 
 
 class Algorithm(ABC):
-    """One device's learning method. Subclasses override the hooks they need.
-
-    Each time the device acts, the device loop calls ``fuse`` (only if new payloads arrived since
-    the last fusion, through ``fuse_new``), ``train`` (if the device takes part), ``evaluate``
-    (when an evaluation is due) and ``share`` / ``share_parts``; payloads from peers reach
-    ``receive`` in between, after the intake's checks.
-    """
+    """One device's learning method: subclass it, set ``name``, and override the hooks you need
+    (the module docstring lists them; the defaults give plain local training)."""
 
     name: ClassVar[str]
-    message_kind: ClassVar[str]
+    message_kind: ClassVar[str] = ""          # the wire kind of its shares; default: ``name``
     Options: ClassVar[type[Options]] = Options
-    # Share in parts on every link, not only where transfers may be cut: set by a method whose
-    # parts go to different peers (a part with ``meta['to']`` goes to that peer alone).
-    parts_always: bool = False
+    # The parts its shares may name (``meta['part']``; "whole" when unnamed): ``forwarding.parts``
+    # may only name these.
+    parts: ClassVar[tuple[str, ...]] = ("whole",)
 
     def __init__(self, ctx: DeviceContext, options: Options) -> None:
         self.ctx = ctx
         self.options = options
-        # Newest payload per peer (a method receiving its shares in parts keys those by (peer, part)).
+        # Newest payload per peer, or per (peer, part) for a share sent in parts; each entry's
+        # ``parsed`` is what ``check`` returned for it.
         self.cache: dict[Hashable, Received] = {}
-        # What a method decoded from a cache entry, under the entry's key; the TTL drops both.
-        self.parsed: dict[Hashable, Any] = {}
-
-    # -- hooks -------------------------------------------------------------------------------
-    def train(self, round: int) -> None:
-        """Local training; the default is plain cross-entropy SGD for the configured epochs."""
-        train_epochs(self.ctx.model, self.ctx.x_train, self.ctx.y_train, self.ctx.training,
-                     self.ctx.torch_generator)
-
-    def training_job(self, round: int) -> TrainingJob | None:
-        """This round's training as a plain job (cross-entropy SGD on the whole model, nothing
-        device-specific beyond its data and stream) that a runtime may batch with other devices',
-        instead of calling ``train``; None: the method trains its own way. A method that keeps the
-        default ``train`` is plain by definition and offers the job; one that overrides ``train``
-        offers none unless it overrides this too, for the rounds where its training is plain."""
-        plain = getattr(self.train, "__func__", None) is Algorithm.train   # not overridden anywhere
-        return self.plain_training_job() if plain else None
-
-    def plain_training_job(self) -> TrainingJob:
-        """The default ``train`` as a job: ``job.run()`` is exactly ``Algorithm.train``."""
-        ctx = self.ctx
-        return TrainingJob(ctx.model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator)
-
-    def share(self, round: int) -> Payload | None:
-        """The payload to send to the peers this round (None: nothing to send)."""
-        return None
-
-    def share_parts(self, round: int) -> list[Payload]:
-        """The share split into separately useful messages (``meta['part']`` names each), so
-        that a short contact can still deliver the small ones; the default is ``[share()]``."""
-        payload = self.share(round)
-        return [] if payload is None else [payload]
-
-    def check_payload(self, payload: Payload) -> None:
-        """Raise ArtifactError if a peer's payload does not fit this device's model."""
-
-    def receive(self, item: Received) -> None:
-        """Validate a peer's payload and keep the newest one per peer."""
-        self.check_payload(item.payload)
-        old = self.cache.get(item.sender)
-        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
-            self.cache[item.sender] = item
-
-    def fuse(self, round: int, now: float) -> None:
-        """Integrate what peers sent. The default runs ``fusion_job``'s job; a method whose fusion
-        is not a weighted sum of parameter rows overrides this instead."""
-        job = self.fusion_job(round, now)
-        if job is not None:
-            job.run()
-
-    def fusion_job(self, round: int, now: float) -> FusionJob | None:
-        """This fusion with its bookkeeping done and its arithmetic — weighted sums of parameter
-        rows — left as a job that a runtime may run together with other devices'
-        (``run_fusion_jobs``); None: nothing to compute (the default: a purely local method)."""
-        return None
 
     @classmethod
-    def prepare_fusions(cls, algorithms: Sequence[Algorithm], nows: Sequence[float], *,
-                        ahead: bool = False) -> None:
-        """Work that the fusions of several devices of this method, about to start at the same
-        instant (device i at ``nows[i]``), can do as one computation; each one's
-        ``start_fusion``, called next, finds it done. ``ahead``: the runtime finishes those
-        fusions later, so the work may be sent elsewhere and collected then. It must change no
-        result, only where and when it is computed. The default: none (FedSub runs the
-        devices' K sweeps in one call, or sends them to a helper process)."""
+    def kind(cls) -> str:
+        """The wire kind of this method's messages."""
+        return cls.message_kind or cls.name
 
-    def start_fusion(self, round: int, now: float) -> FusionJob | LaterFusion | None:
-        """What the device loop calls: the job of a method that fuses through ``fusion_job``, or
-        the whole ``fuse`` of one that overrides it (None then: nothing left). The artifacts the
-        fusion uses are taken now (``take_fresh``); a method whose job needs work still under
-        way elsewhere returns a ``LaterFusion`` that yields the job once it is back."""
-        if type(self).fuse is Algorithm.fuse:
-            return self.fusion_job(round, now)
-        self.fuse(round, now)
+    # -- hooks -------------------------------------------------------------------------------
+    def train(self, round: int) -> TrainingWork:
+        """Local training: a job for the runtime (plain cross-entropy SGD on all of a module's
+        parameters is batched with other devices'), or None after training here."""
+        return self.training_job()
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        """Integrate what peers sent; ``fresh``: the payloads no fusion has been given yet (they
+        count as used from now on), in peer order; ``self.cache`` holds the newest of every peer.
+        The default, a purely local method, ignores them."""
+        return None
+
+    def share(self, round: int) -> Payload | Sequence[Payload] | None:
+        """What to send the peers this round: one payload, or parts (``meta['part']`` names
+        each; a part with ``meta['to']`` goes to that peer alone). Where a transfer may be cut
+        (contacts), parts travel as separate messages, small ones first; elsewhere the unaddressed
+        parts travel as one."""
+        return None
+
+    def check(self, payload: Payload) -> Any:
+        """Validate a peer's payload against this device's model, raising ``ArtifactError``;
+        what it returns (e.g. the decoded arrays) is kept with the payload as ``parsed``."""
         return None
 
     def evaluated_model(self) -> nn.Module:
-        """The model this device would use, and is scored on (a runtime may score many devices'
-        together); the default is the trained and fused model."""
+        """The model this device would use, and is scored on (the runtime may score many
+        devices' at once); the default is the trained and fused model."""
         return self.ctx.model
-
-    def evaluate(self) -> Evaluation:
-        return evaluate(self.evaluated_model(), self.ctx.x_test, self.ctx.y_test)
-
-    def scored_model(self) -> nn.Module | None:
-        """What a runtime scoring many devices together scores for this one: the
-        ``evaluated_model``, or None for a method that overrides ``evaluate`` (it scores itself)."""
-        return self.evaluated_model() if type(self).evaluate is Algorithm.evaluate else None
 
     def stats(self) -> dict[str, Any]:
         """Method-specific numbers worth reporting (averaged over devices in summary.json)."""
         return {}
 
-    @classmethod
-    def scenario_problems(cls, options: Options, *, rounds: int, layers: int) -> list[str]:
-        """Options that cannot work with the scenario's ``rounds`` (per device) or the model's
-        number of ``layers``, one 'field: problem' line each; ``p2pfed validate`` reports them."""
-        return []
-
-    # -- state: everything kept between rounds ---------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything this device keeps between rounds, as checkpoint data (tensors, numbers,
         strings, lists, dicts): model, random streams, visible classes and the cache with its
-        fresh marks. Methods with more state extend it (call ``super()``)."""
+        fresh marks. A method with more state extends it (``{**super().state_dict(), ...}``)."""
         ctx = self.ctx
         visible = ctx.visible_classes
         return {"model": model_state(ctx.model),
                 "torch_rng": ctx.torch_generator.get_state(),
+                "model_rng": ctx.model_rng.get_state(),
                 "numpy_rng": json.dumps(ctx.rng.bit_generator.state),
                 "visible_classes": None if visible is None else sorted(visible),
                 "cache": [received_state(self.cache[k]) for k in sorted(self.cache, key=_peer_order)]}
@@ -262,82 +322,66 @@ class Algorithm(ABC):
         ctx = self.ctx
         ctx.model.load_state_dict(state["model"])
         ctx.torch_generator.set_state(state["torch_rng"])
+        ctx.model_rng.set_state(state["model_rng"])
         ctx.rng.bit_generator.state = json.loads(state["numpy_rng"])
         visible = state["visible_classes"]
         ctx.set_visible_classes(None if visible is None else frozenset(visible))
         self.cache.clear()
-        self.parsed.clear()
         for saved in state["cache"]:
             item = received_from_state(saved)
-            self.receive(item)   # the method rebuilds whatever it derives from its cache
+            self.receive(item)   # checked again: ``parsed`` is rebuilt
             item.fresh = saved["fresh"]
 
-    # -- what the device loop calls ----------------------------------------------------------
-    def has_new(self) -> bool:
-        """Whether a payload arrived that no fusion has used yet."""
-        return any(r.fresh for r in self.cache.values())
+    # -- for methods to call -----------------------------------------------------------------
+    def training_job(self, model: nn.Module | None = None, x: torch.Tensor | None = None,
+                     y: torch.Tensor | None = None, *, epochs: int | None = None,
+                     extra_loss: ExtraLoss | None = None, trainable: Sequence[nn.Parameter] | None = None,
+                     then: Callable[[], None] | None = None) -> TrainingJob:
+        """A training job on this device's streams: by default plain SGD of ``ctx.model`` on its
+        training data for the configured epochs. ``extra_loss`` or ``trainable`` make it a job
+        the runtime runs alone; ``then`` runs once it has trained."""
+        ctx = self.ctx
+        return TrainingJob(ctx.model if model is None else model,
+                           ctx.x_train if x is None else x, ctx.y_train if y is None else y,
+                           ctx.training, ctx.torch_generator, epochs=epochs, extra_loss=extra_loss,
+                           trainable=None if trainable is None else tuple(trainable),
+                           model_generator=ctx.model_rng, then=then)
 
-    def fuse_new(self, round: int, now: float) -> list[Received]:
-        """Fuse, and return the payloads that this fusion used for the first time."""
-        before = [r for r in self.cache.values() if r.fresh]
-        self.fuse(round, now)
-        return [r for r in before if not r.fresh]
-
-    # -- helpers for subclasses ------------------------------------------------------------
     def drop_stale(self, now: float, max_age_s: float | None) -> list[Hashable]:
-        """Forget cached payloads older than ``max_age_s`` (the TTL), and what was decoded from
-        them; returns the keys dropped."""
+        """Forget cached payloads older than ``max_age_s`` (a TTL); returns the keys dropped."""
         if max_age_s is None:
             return []
         stale = [k for k, r in self.cache.items() if r.age(now) > max_age_s]
         for key in stale:
             del self.cache[key]
-            self.parsed.pop(key, None)
         return stale
 
+    # -- what the runtime calls ----------------------------------------------------------------
+    def receive(self, item: Received) -> None:
+        """A peer's payload past the intake's checks: ``check`` it (ArtifactError refuses it),
+        then keep it if it is the newest from that peer (and part)."""
+        item.parsed = self.check(item.payload)
+        part = item.payload.meta.get("part", "whole")
+        key: Hashable = item.sender if part == "whole" else (item.sender, part)
+        old = self.cache.get(key)
+        if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
+            self.cache[key] = item
+
+    def has_new(self) -> bool:
+        """Whether a payload arrived that no fusion has been given yet."""
+        return any(r.fresh for r in self.cache.values())
+
     def take_fresh(self) -> list[Received]:
-        """Cached payloads not used by a fusion yet, marked used, in sender order."""
+        """Cached payloads no fusion has been given yet, marked used, in peer order."""
         fresh = [self.cache[s] for s in sorted(self.cache, key=_peer_order) if self.cache[s].fresh]
         for item in fresh:
             item.fresh = False
         return fresh
 
 
-def _peer_order(key: Hashable) -> tuple:
+def _peer_order(key: Hashable) -> tuple[Any, ...]:
     """Cache keys in peer order: a peer id, or (peer id, part name)."""
     return key if isinstance(key, tuple) else (key, "")
-
-
-ALGORITHMS: dict[str, type[Algorithm]] = {}
-
-
-def prepare_fusions(algorithms: Sequence[Algorithm], nows: Sequence[float], *, ahead: bool = False) -> None:
-    """``Algorithm.prepare_fusions`` for devices about to fuse together, each method's devices
-    in one call."""
-    by_method: dict[type[Algorithm], tuple[list[Algorithm], list[float]]] = {}
-    for algo, now in zip(algorithms, nows, strict=True):
-        algos, times = by_method.setdefault(type(algo), ([], []))
-        algos.append(algo)
-        times.append(now)
-    for method, (algos, times) in by_method.items():
-        method.prepare_fusions(algos, times, ahead=ahead)
-
-
-def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Class decorator: make a method available by its ``name`` in scenarios and the CLI."""
-    if cls.name in ALGORITHMS:
-        raise ValueError(f"algorithm {cls.name!r} registered twice")
-    ALGORITHMS[cls.name] = cls
-    return cls
-
-
-def algorithm_class(name: str) -> type[Algorithm]:
-    """Look up a registered method, with the valid names in the error."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of: "
-                         f"{', '.join(sorted(ALGORITHMS))}") from None
 
 
 def expect_array(payload: Payload, name: str, shape: tuple[int, ...] | None = None,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from p2pfed.algorithms.base import Algorithm, register
+from p2pfed.algorithms.base import Algorithm
+from p2pfed.algorithms.registry import register
 
 
 @register

@@ -39,8 +39,9 @@ class Received:
     sent_at: float
     received_at: float
     payload: Payload
-    fresh: bool = True  # not yet used by a fusion
+    fresh: bool = True  # not yet given to a fusion
     hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
+    parsed: Any = field(default=None, repr=False, compare=False)   # what the method's ``check`` returned
 
     def age(self, now: float) -> float:
         return now - self.sent_at

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
-from p2pfed.sweep.cli import add_commands as add_sweep_commands
+from p2pfed.sweeps.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
 
@@ -83,6 +83,13 @@ def _length(sc) -> str:
     return f"{sc.contacts.kind} contacts for {duration}"
 
 
+def _callbacks(args: argparse.Namespace) -> list:
+    """``--log KIND:DIR`` as live-logging callbacks."""
+    from p2pfed.results.callbacks import parse_log
+
+    return [parse_log(spec) for spec in getattr(args, "log", None) or []]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from p2pfed.engine.runner import run_scenario
     from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
@@ -104,7 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         checkpointing = Checkpointing(path, every=args.checkpoint_every or 1)
     print(f"running {loaded.source}: {sc.algorithm.name}, {_length(sc)}, seed {sc.seed}",
           file=sys.stderr)
-    summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing)
+    summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing,
+                           callbacks=_callbacks(args))
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
@@ -236,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                    help="write OUT/checkpoint.pt every N rounds (synchronous rounds only)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--log", action="append", metavar="KIND:DIR",
+                   help="log each evaluation live, e.g. tensorboard:runs/tb (repeatable)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="run several methods on one scenario and tabulate them")

@@ -11,7 +11,7 @@ algorithm's cache:
 4. within the run's window: not from a round past the last, not older than the TTL;
 5. the method's message kind;
 6. relay rules: a carried artifact names another device as its origin, within the hop limit;
-7. the algorithm's own check against the local model (``receive`` → ``check_payload``).
+7. the method's own check against the local model (``check``, through ``Algorithm.receive``).
 
 A peer whose messages fail more than ``max_bad_messages`` times is ignored from then on.
 
@@ -169,8 +169,8 @@ class Intake:
         if rules.max_age_s is not None and now - msg.sent_at > rules.max_age_s:
             raise Refused("window", f"artifact is {now - msg.sent_at:.1f} s old, over the TTL of "
                                     f"{rules.max_age_s:g} s")
-        if msg.kind != self.algorithm.message_kind:
-            raise Refused("artifact", f"kind {msg.kind!r}, expected {self.algorithm.message_kind!r}")
+        if msg.kind != self.algorithm.kind():
+            raise Refused("artifact", f"kind {msg.kind!r}, expected {self.algorithm.kind()!r}")
         meta = dict(msg.meta)
         try:
             origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p2pfed.algorithms import Algorithm, LaterFusion, Received, prepare_fusions
+from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
 from p2pfed.device.wire import encode_share
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
-from p2pfed.learning.training import Evaluation
+from p2pfed.learning.training import Evaluation, evaluate
 from p2pfed.results.recorder import Recorder
 
 EVALUATE_WHEN = ("after-fusion", "after-training")
@@ -39,16 +39,15 @@ class Outgoing:
 
 @dataclass(frozen=True)
 class PendingFusion:
-    """A fusion whose inputs are taken (the artifacts it uses, marked used) and whose arithmetic
-    is not done yet: the runtime runs the jobs of devices acting together in one go. ``job`` is
-    the arithmetic, or what yields it once work sent elsewhere is back (``LaterFusion``: FedSub's
-    K sweeps in a helper process); None: none left."""
+    """A fusion whose inputs are taken (the artifacts it was given, marked used) and whose
+    arithmetic is not done yet: the runtime runs the jobs of devices acting together in one go.
+    ``work`` is the job, a ``Deferred`` one (waiting for offloaded work), or None (none left)."""
 
-    job: FusionJob | LaterFusion | None
-    used: list[Received]   # the artifacts this fusion used for the first time
+    work: FusionJob | Deferred | None
+    used: list[Received]   # the artifacts this fusion was given for the first time
 
-    def resolved_job(self) -> FusionJob | None:
-        return self.job() if callable(self.job) else self.job
+    def job(self) -> FusionJob | None:
+        return self.work.job() if isinstance(self.work, Deferred) else self.work
 
 
 class DeviceLoop:
@@ -85,43 +84,19 @@ class DeviceLoop:
 
     def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
-        fusion or after the training. A device that does not take part this round (``train``
-        False) still fuses and evaluates, but neither trains nor shares."""
-        pending = self.start_fusion(round)
-        job = pending.resolved_job() if pending is not None else None
-        if job is not None:
-            job.run()
-        self.finish_fusion(pending)
-        if evaluate and self.evaluate_when == "after-fusion":
-            self.evaluate(round)
-        if train:
-            self.algorithm.train(round)
-        if evaluate and self.evaluate_when == "after-training":
-            self.evaluate(round)
-        return self.share(round, train=train)
+        fusion or after the training — ``act_together`` of this device alone, its work run here,
+        unbatched. A device that does not take part this round (``train`` False) still fuses and
+        evaluates, but neither trains nor shares."""
+        return act_together([self], round, train=[train], evaluate=evaluate, batched=False)[0]
 
     def start_fusion(self, round: int) -> PendingFusion | None:
-        """Visible data, stale artifacts, and the fusion up to its arithmetic (None: nothing new
-        to fuse)."""
-        if not self.wants_fusion(round):
-            return None
-        return self.fusion_pending(round)
-
-    def wants_fusion(self, round: int) -> bool:
-        """Set this round's visible data and drop stale artifacts; whether anything new is left
-        to fuse (the first half of ``start_fusion``)."""
+        """Set this round's visible data, drop stale artifacts, and hand the fresh ones to the
+        method's ``fuse`` (None: nothing new, or the method was not ready for it)."""
         algo = self.algorithm
         if self.visible_classes is not None:
             algo.ctx.set_visible_classes(self.visible_classes(round))
         algo.drop_stale(self.clock(), self.max_age_s)
-        return algo.has_new()
-
-    def fusion_pending(self, round: int) -> PendingFusion:
-        """The fusion of a device that ``wants_fusion``, up to its arithmetic."""
-        algo = self.algorithm
-        before = [r for r in algo.cache.values() if r.fresh]
-        job = algo.start_fusion(round, self.clock())
-        return PendingFusion(job, [r for r in before if not r.fresh])
+        return begin_fusion(algo, round, self.clock())
 
     def finish_fusion(self, pending: PendingFusion | None) -> None:
         """Once the fusion's arithmetic is done: count the fusion and the age of what it used."""
@@ -131,29 +106,34 @@ class DeviceLoop:
             self.recorder.fused(r.age(now) for r in pending.used)
 
     def share(self, round: int, *, train: bool) -> list[Outgoing]:
-        """The encoded shares of a device that took part in the round (none otherwise)."""
+        """The encoded shares of a device that took part in the round (none otherwise). Where
+        links may cut a transfer (``split_parts``) every part is its own message; elsewhere the
+        unaddressed parts travel as one (``merge_parts``) and addressed ones alone."""
         if not train:
             return []
         algo = self.algorithm
         self.actions += 1
         now = self.clock()
-        split = self.split_parts or algo.parts_always
-        payloads = algo.share_parts(round) if split else [algo.share(round)]
+        shared = algo.share(round)
+        parts = [] if shared is None else [shared] if isinstance(shared, Payload) else list(shared)
+        if not self.split_parts:
+            parts = merge_parts(parts)
         return [Outgoing(p.meta.get("part", "whole"), round, now,
-                         encode_share(algo.message_kind, self.device, round, now, p, self.max_message_bytes),
+                         encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes),
                          to=p.meta.get("to"))
-                for p in payloads if p is not None]
+                for p in parts]
 
     def evaluate(self, round: int, evaluation: Evaluation | None = None) -> Evaluation:
         """Record the evaluation of the model the device holds now under ``round`` (or
         interval): ``evaluation`` when the runtime computed it with other devices', else here."""
+        algo = self.algorithm
+        ctx = algo.ctx
         if evaluation is None:
-            evaluation = self.algorithm.evaluate()
+            evaluation = evaluate(algo.evaluated_model(), ctx.x_test, ctx.y_test)
         self.recorder.evaluated(self.device, round, self.clock(), evaluation)
-        ctx = self.algorithm.ctx
         if ctx.generalization_data is not None:   # evaluation.generalization: the others' test data
-            with ctx.evaluating_on(*ctx.generalization_data()):
-                self.recorder.generalized(self.device, round, self.algorithm.evaluate().f1_macro)
+            x, y = ctx.generalization_data()
+            self.recorder.generalized(self.device, round, evaluate(algo.evaluated_model(), x, y).f1_macro)
         return evaluation
 
     # -- state (checkpoints) --------------------------------------------------------------------
@@ -165,6 +145,46 @@ class DeviceLoop:
         self.actions, self.fusions = int(state["actions"]), int(state["fusions"])
 
 
+def begin_fusion(algo: Algorithm, round: int, now: float) -> PendingFusion | None:
+    """Hand the fresh payloads to the method's ``fuse`` (None: nothing new, or the method was not
+    ready for it and they stay fresh)."""
+    if not algo.has_new():
+        return None
+    fresh = algo.take_fresh()
+    work = algo.fuse(fresh, round, now)
+    if work is NOT_READY:
+        for item in fresh:   # offered again next time
+            item.fresh = True
+        return None
+    if not (work is None or isinstance(work, (FusionJob, Deferred))):
+        raise TypeError(f"{type(algo).__name__}.fuse returned {type(work).__name__}; expected a "
+                        "FusionJob, a Deferred, NOT_READY or None")
+    kept = {id(r) for r in algo.cache.values()}   # the method may have dropped some (its own TTL)
+    return PendingFusion(work, [r for r in fresh if id(r) in kept])
+
+
+def merge_parts(parts: Sequence[Payload]) -> list[Payload]:
+    """A share's unaddressed parts as one payload (their meta and tensors together, without the
+    part names), each addressed part (``meta['to']``) as it is; a lone part stays as it is."""
+    open_parts = [p for p in parts if p.meta.get("to") is None]
+    if len(open_parts) < 2:
+        return list(parts)
+    meta: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    for p in open_parts:
+        for key, value in p.meta.items():
+            if key == "part":
+                continue
+            if key in meta and meta[key] != value:
+                raise ValueError(f"the parts of one share disagree on meta {key!r}")
+            meta[key] = value
+        for name, array in p.tensors.items():
+            if name in tensors:
+                raise ValueError(f"two parts of one share both hold tensor {name!r}")
+            tensors[name] = array
+    return [Payload(meta, tensors), *(p for p in parts if p.meta.get("to") is not None)]
+
+
 def act_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, train: Sequence[bool],
                  evaluate: bool, batched: bool = True) -> list[list[Outgoing]]:
     """``act`` for devices that act at the same instant, returning each one's shares; ``rounds``
@@ -174,23 +194,14 @@ def act_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, tr
     A device's round touches only its own state, so this equals acting one device after the
     other (exactly with ``batched`` False; to float rounding otherwise)."""
     rounds = _per_device(rounds, len(loops))
-    pending = start_together(loops, rounds, batched=batched)
+    pending = start_together(loops, rounds)
     return finish_together(loops, rounds, pending, train=train, evaluate=evaluate, batched=batched)
 
 
-def start_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, batched: bool = True,
-                   ahead: bool = False) -> list[PendingFusion | None]:
-    """The first half of ``act_together``: each device's fusion up to its arithmetic. When
-    ``batched``, the methods first prepare their fusions together (``prepare_fusions``: FedSub's
-    K sweeps in one call, over both cores); ``ahead``: the caller finishes them later, having
-    done other work meanwhile, so that work may run elsewhere in the meantime (FedSub's sweeps
-    go to a helper process)."""
-    rounds = _per_device(rounds, len(loops))
-    fusing = [loop.wants_fusion(r) for loop, r in zip(loops, rounds, strict=True)]
-    if batched:
-        prepare_fusions([loop.algorithm for loop, wants in zip(loops, fusing) if wants],
-                        [loop.clock() for loop, wants in zip(loops, fusing) if wants], ahead=ahead)
-    return [loop.fusion_pending(r) if wants else None for loop, r, wants in zip(loops, rounds, fusing)]
+def start_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int]) -> list[PendingFusion | None]:
+    """The first half of ``act_together``: each device's fusion up to its arithmetic (work a
+    method sent to ``ctx.offload`` runs meanwhile, or together when first needed)."""
+    return [loop.start_fusion(r) for loop, r in zip(loops, _per_device(rounds, len(loops)), strict=True)]
 
 
 def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
@@ -198,11 +209,10 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
                     batched: bool = True) -> list[list[Outgoing]]:
     """The second half of ``act_together``, from the started fusions (``start_together``). When
     ``batched``, the arithmetic of every device's fusion runs in one go (``run_fusion_jobs``),
-    the devices whose method offers a plain ``training_job`` train as one batched computation
-    per architecture (``train_jobs``), the others through their own ``train``, and the
-    evaluations run together (``evaluate_together``)."""
+    the plain training jobs as one batched computation per architecture (``train_jobs``) and the
+    evaluations together (``evaluate_together``); otherwise each one alone, in device order."""
     rounds = _per_device(rounds, len(loops))
-    jobs = [job for job in (p.resolved_job() for p in pending if p is not None) if job is not None]
+    jobs = [job for job in (p.job() for p in pending if p is not None) if job is not None]
     if batched:
         run_fusion_jobs(jobs)
     else:
@@ -214,14 +224,18 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
         _evaluate_where(loops, rounds, "after-fusion", batched)
     training: list[TrainingJob] = []
     for loop, r, takes_part in zip(loops, rounds, train, strict=True):
-        if not takes_part:
-            continue
-        job = loop.algorithm.training_job(r) if batched else None
-        if job is None:
-            loop.algorithm.train(r)
-        else:
-            training.append(job)
-    train_jobs(training)
+        if takes_part:
+            job = loop.algorithm.train(r)
+            if job is not None and not isinstance(job, TrainingJob):
+                raise TypeError(f"{type(loop.algorithm).__name__}.train returned {type(job).__name__}; "
+                                "expected a TrainingJob or None")
+            if job is not None:
+                training.append(job)
+    if batched:
+        train_jobs(training)
+    else:
+        for job in training:
+            job.run()
     if evaluate:
         _evaluate_where(loops, rounds, "after-training", batched)
     return [loop.share(r, train=takes_part) for loop, r, takes_part in zip(loops, rounds, train, strict=True)]
@@ -241,13 +255,15 @@ def _evaluate_where(loops: Sequence[DeviceLoop], rounds: list[int], when: str, b
 def evaluate_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *,
                       batched: bool = True) -> None:
     """Every device's evaluation at one instant, under ``rounds`` (one for all, or each one's):
-    the models they would use, scored together (``evaluate_many``) when ``batched``."""
+    the models they would use, scored together (``evaluate_many``) when ``batched``, else one at
+    a time."""
     rounds = _per_device(rounds, len(loops))
-    scored = [(loop, loop.algorithm.scored_model() if batched else None) for loop in loops]
-    together = [(loop, model) for loop, model in scored if model is not None]
-    ctxs = [loop.algorithm.ctx for loop, _ in together]
-    evaluations = evaluate_many([model for _, model in together], [c.x_test for c in ctxs],
-                                [c.y_test for c in ctxs])
-    done = {id(loop): evaluation for (loop, _), evaluation in zip(together, evaluations, strict=True)}
-    for loop, r in zip(loops, rounds, strict=True):
-        loop.evaluate(r, done.get(id(loop)))
+    if not batched:
+        for loop, r in zip(loops, rounds, strict=True):
+            loop.evaluate(r)
+        return
+    ctxs = [loop.algorithm.ctx for loop in loops]
+    evaluations = evaluate_many([loop.algorithm.evaluated_model() for loop in loops],
+                                [c.x_test for c in ctxs], [c.y_test for c in ctxs])
+    for loop, r, evaluation in zip(loops, rounds, evaluations, strict=True):
+        loop.evaluate(r, evaluation)

@@ -107,11 +107,11 @@ def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Gr
     """Raise a ScenarioError naming the field to change if the run would not fit in memory
     (``graph``: the built graph, for topologies whose degree only it knows)."""
     from p2pfed.device import full_model_bytes
-    from p2pfed.learning.model import build_model
+    from p2pfed.scenario.build import build_device_model
 
     sc = loaded.scenario
     n = len(dataset.devices)
-    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden, seed=0)
+    model = build_device_model(loaded, dataset.num_features, dataset.num_classes)   # the real one, sized
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     data_bytes = sum(a.nbytes for d in dataset.devices for a in (d.x_train, d.y_train, d.x_test, d.y_test))
     degree = expected_degree(loaded, n)

@@ -4,8 +4,8 @@ Each device is a SimPy process that acts through its ``DeviceLoop`` every ``trai
 (± jitter): fuse what arrived since its last fusion, train, share. With a batch window
 (``batch_window_s``) a step takes its inputs when it falls due and finishes at the end of its
 window, with every other step started in the window, batched (at 1,000 devices, ~100 steps a
-window, finished in two halves; FedSub's K sweeps go meanwhile to a helper process). Its share
-is split into parts (``share_parts``) so a short contact can still deliver the small ones; everything that arrives
+window, finished in two halves; work the methods offload goes meanwhile to a helper process). Its
+share is split into parts so a short contact can still deliver the small ones; everything that arrives
 goes through the device's ``Intake``. When a contact starts, each direction runs one
 transfer at a time, in the send-policy order, at the contact's bandwidth; a transfer that the
 contact end (or either device going offline) interrupts is aborted and its bytes on air are
@@ -175,7 +175,7 @@ class OpportunisticSimulation:
         its K sweeps may go to a helper process) and queue it for the end of its window; the
         first step of a window starts the process that finishes them all."""
         loop = self.loops[i]
-        (pending,) = start_together([loop], [loop.actions], batched=self.batched, ahead=True)
+        (pending,) = start_together([loop], [loop.actions])
         end = self._window_end(float(self.env.now))
         batch = self.batches.get(end)
         if batch is None:
@@ -185,11 +185,11 @@ class OpportunisticSimulation:
 
     def _finish_batch(self, end: float):
         """At the window's end, finish its steps: in two halves, in the order they started, so
-        that the K sweeps of the later half, sent to the helper process last, get the first
-        half's fusion and training time to come back instead of being computed here
-        (``scenarios/synthetic-rwp-1000.yaml``, 8 hours: 12 min 39 s against 14 min 50 s in one
-        go, same results). Every run splits alike, with the helper or without, so the results do
-        not depend on the helper."""
+        that the work the later half offloaded (``ctx.offload``), sent to the helper process last,
+        gets the first half's fusion and training time to come back instead of being computed
+        here (``scenarios/synthetic-rwp-1000.yaml``, 8 hours: 12 min 39 s against 14 min 50 s in
+        one go, same results). Every run splits alike, with the helper or without, so the results
+        do not depend on the helper."""
         yield self.env.timeout(end - self.env.now)
         steps = self.batches.pop(end)
         half = (len(steps) + 1) // 2
@@ -224,7 +224,7 @@ class OpportunisticSimulation:
         while True:
             t = min(t, end)
             yield self.env.timeout(t - self.env.now)
-            evaluate_together(self.loops, index)
+            evaluate_together(self.loops, index, batched=self.batched)
             index += 1
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
@@ -277,7 +277,7 @@ class OpportunisticSimulation:
 
     def _carried_offer(self, src: int, c: Carried) -> Offer:
         if c.frame is None:
-            c.frame = Frame(encode_share(self.algorithms[src].message_kind, src, c.item.round,
+            c.frame = Frame(encode_share(self.algorithms[src].kind(), src, c.item.round,
                                          c.item.sent_at, c.item.payload, self.max_message_bytes,
                                          relay={"origin": c.item.sender, "hops": c.item.hops + 1}))
         return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)

@@ -7,8 +7,8 @@ runs can checkpoint at round boundaries and continue from there with identical r
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +22,16 @@ from p2pfed.engine.contacts import ContactPlan, build_contact_plan
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
-from p2pfed.learning.clustering import ClusteringCache
-from p2pfed.learning.sweep_helper import SweepHelper
+from p2pfed.engine.offload import make_offload
+from p2pfed.results.callbacks import Callback, Rows
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.summary import build_summary
 from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build_graph,
                                   load_scenario_dataset)
-from p2pfed.scenario.loader import LoadedScenario, dump
+from p2pfed.scenario.loader import LoadedScenario, dump, fingerprint
 from p2pfed.scenario.randomness import int_seed, stream
-from p2pfed.scenario.threads import apply_torch_threads, sweep_helper_wanted
+from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
 
 CHECKPOINT_KIND = "simulation"
 
@@ -46,12 +46,47 @@ class Checkpointing:
     stop_after_round: int | None = None
 
 
+@dataclass(frozen=True)
+class Simulated:
+    """What a simulation produced: its summary and recorder (the rows of its results files), the
+    devices' names, the federation's account (``dataset.json``) and, over contacts, its plan."""
+
+    summary: dict[str, Any]
+    recorder: Recorder
+    names: list[str]
+    dataset: dict[str, Any]
+    plan: ContactPlan | None
+
+
 def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progress: bool = True,
-                 checkpointing: Checkpointing | None = None) -> dict[str, Any] | None:
+                 checkpointing: Checkpointing | None = None,
+                 callbacks: Sequence[Callback] = ()) -> dict[str, Any] | None:
     """Simulate the scenario; write the results files to ``out_dir`` if given; return the summary.
 
     With ``checkpointing``, a synchronous run resumes from its checkpoint file if there is one,
-    writes it every ``every`` rounds, and returns None if it stopped before the last round."""
+    writes it every ``every`` rounds, and returns None if it stopped before the last round.
+    ``callbacks`` hear each evaluation as it completes, and the summary."""
+    done = simulate(loaded, progress=progress, checkpointing=checkpointing, callbacks=callbacks)
+    if done is None:
+        return None
+    if out_dir is not None:
+        write_results(done, Path(out_dir), loaded.scenario.name)
+    return done.summary
+
+
+def write_results(done: Simulated, out_dir: Path, name: str) -> None:
+    """A simulation's results files (and, over contacts, its contact-graph snapshots)."""
+    write_run(out_dir, done.summary, done.recorder, done.names, dataset=done.dataset)
+    if done.plan is not None:
+        from p2pfed.results.plots import plot_contacts
+        sim_time = float(done.summary["sim_time_s"])
+        plot_contacts(done.plan, [round(sim_time * f) for f in (0.25, 0.5, 0.75)],
+                      out_dir / "contacts.png", title=f"{name}: contact graph snapshots")
+
+
+def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Checkpointing | None = None,
+             callbacks: Sequence[Callback] = ()) -> Simulated | None:
+    """``run_scenario`` without writing files (None: stopped early at a checkpoint)."""
     sc = loaded.scenario
     apply_torch_threads(sc.engine.torch_threads, batched=sc.contacts.kind == "none")
     resolve_device(sc.engine.device, loaded.source)
@@ -63,41 +98,38 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
     graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
     if expected_degree(loaded, n) is None:
         check_memory(loaded, dataset, graph)
-    helper = SweepHelper() if sc.uses_batch_windows() and sweep_helper_wanted(sc.engine.sweep_helper) else None
-    cache = ClusteringCache(submit=None if helper is None else helper.submit)
-    algorithms = build_algorithms(loaded, dataset, {"clustering": cache})
+    helper = sc.uses_batch_windows() and offload_helper_wanted(sc.engine.offload)
+    offload = make_offload(helper=helper, batched=sc.engine.batched_training)
+    algorithms = build_algorithms(loaded, dataset, offload=offload)
     recorder = Recorder(n)
+    rows = Rows(callbacks)
     plan = None
     try:
         if sc.contacts.kind == "none":
-            sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing)
+            sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing,
+                                          rows)
             if sim_time is None:
                 return None
         else:
             if checkpointing is not None:
                 raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
                                  "(contacts.kind: none) only")
-            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress)
+            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress, rows)
     finally:
-        if helper is not None:
-            helper.close()
-    if helper is not None:
-        extra["sweep_helper"] = helper.stats()
+        offload.close()
+    if helper:
+        extra["offload"] = offload.stats()
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
-    if out_dir is not None:
-        write_run(Path(out_dir), summary, recorder, [d.name for d in dataset.devices],
-                  dataset=dataset.describe())
-        if plan is not None:
-            from p2pfed.results.plots import plot_contacts
-            plot_contacts(plan, [round(sim_time * f) for f in (0.25, 0.5, 0.75)],
-                          Path(out_dir) / "contacts.png", title=f"{sc.name}: contact graph snapshots")
-    return summary
+    rows.emit(recorder.rows)
+    rows.end(summary)
+    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan)
 
 
 def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                progress: bool, dataset, checkpointing: Checkpointing | None) -> tuple[float | None, dict[str, Any]]:
+                progress: bool, dataset, checkpointing: Checkpointing | None,
+                rows: Rows) -> tuple[float | None, dict[str, Any]]:
     sc = loaded.scenario
     n = len(algorithms)
     class_schedule = build_class_schedule(loaded, dataset)
@@ -111,15 +143,17 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
         bar.update(1)
         if recorder.latest:
             bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
+        if rows.callbacks and schedule.evaluates(r):
+            rows.emit(recorder.rows)
 
     sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
                      class_schedule=class_schedule,
                      batched_training=sc.engine.batched_training)
-    fingerprint = json.dumps(dump(loaded), sort_keys=True)
+    mark = fingerprint(loaded)
     try:
         if checkpointing is not None and checkpointing.path.exists():
-            sim.load_state_dict(load_checkpoint(checkpointing.path, CHECKPOINT_KIND, fingerprint))
+            sim.load_state_dict(load_checkpoint(checkpointing.path, CHECKPOINT_KIND, mark))
             bar.update(sim.next_round)
         stop = sc.rounds
         if checkpointing is not None and checkpointing.stop_after_round is not None:
@@ -128,7 +162,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
             step = stop - sim.next_round if checkpointing is None else checkpointing.every
             sim_time = sim.run(until_round=min(sim.next_round + step, stop))
             if checkpointing is not None:
-                save_checkpoint(checkpointing.path, CHECKPOINT_KIND, fingerprint, sim.state_dict())
+                save_checkpoint(checkpointing.path, CHECKPOINT_KIND, mark, sim.state_dict())
     finally:
         sim.close()
         bar.close()
@@ -144,7 +178,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
 
 
 def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
-                  recorder: Recorder, progress: bool) -> tuple[float, dict[str, Any], ContactPlan]:
+                  recorder: Recorder, progress: bool, rows: Rows) -> tuple[float, dict[str, Any], ContactPlan]:
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
@@ -168,6 +202,8 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
         bar.update(round(now) - bar.n)
         if recorder.latest:
             bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
+        if rows.callbacks:
+            rows.emit(recorder.rows)
 
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,

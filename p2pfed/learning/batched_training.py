@@ -31,13 +31,16 @@ from torch.func import functional_call
 from p2pfed.learning.mlp_backprop import mlp_sgd_step
 from p2pfed.learning.model import MLP
 from p2pfed.learning.sgd import sgd_step
-from p2pfed.learning.training import TrainingConfig, train_epochs
+from p2pfed.learning.training import ExtraLoss, TrainingConfig, train_epochs
 
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """One device's plain training this round: cross-entropy SGD on all of ``model``'s parameters
-    — what a method hands the runtime when its training has nothing device-specific beyond this."""
+    """One device's training this round, for the runtime to run: SGD of ``model`` on (x, y) for
+    ``epochs`` (default the configuration's), drawing its shuffles from ``generator`` and the
+    model's own randomness (dropout) from ``model_generator``. A *plain* job — cross-entropy on all
+    of the module's parameters, no ``extra_loss``, no ``trainable`` subset — can be batched with
+    other devices' (``train_jobs``); any other runs alone. ``then`` runs once it has trained."""
 
     model: nn.Module
     x: torch.Tensor
@@ -45,14 +48,34 @@ class TrainingJob:
     config: TrainingConfig
     generator: torch.Generator
     epochs: int | None = None
+    extra_loss: ExtraLoss | None = None
+    trainable: tuple[nn.Parameter, ...] | None = None
+    model_generator: torch.Generator | None = None
+    then: Callable[[], None] | None = None
 
     @property
     def num_epochs(self) -> int:
         return self.config.epochs if self.epochs is None else self.epochs
 
+    @property
+    def plain(self) -> bool:
+        return self.extra_loss is None and self.trainable is None
+
     def run(self) -> float:
-        """Train this device alone (the reference the batched path must equal)."""
-        return train_epochs(self.model, self.x, self.y, self.config, self.generator, epochs=self.epochs)
+        """Train this device alone (the reference the batched path must equal), then ``then``."""
+        loss = self.train()
+        self.finish()
+        return loss
+
+    def train(self) -> float:
+        return train_epochs(self.model, self.x, self.y, self.config, self.generator,
+                            extra_loss=self.extra_loss, epochs=self.epochs,
+                            trainable=None if self.trainable is None else list(self.trainable),
+                            model_generator=self.model_generator)
+
+    def finish(self) -> None:
+        if self.then is not None:
+            self.then()
 
     def group_key(self) -> tuple:
         """Jobs with equal keys can train as one batch: same model class, parameter shapes and
@@ -61,13 +84,43 @@ class TrainingJob:
         return (type(self.model), shapes, self.config, self.num_epochs)
 
     def batchable(self) -> bool:
-        """Data to train on, and no buffers (a batch norm's running statistics are not stacked)."""
-        return self.x.shape[0] > 0 and not any(True for _ in self.model.buffers())
+        """Plain, with data, no buffers (a batch norm's running statistics are not stacked), and
+        a forward that runs over stacked parameters (``torch.vmap``) without random draws: a
+        model with dropout, or one ``vmap`` cannot run, trains one device at a time."""
+        if not self.plain or self.x.shape[0] == 0 or any(True for _ in self.model.buffers()):
+            return False
+        return _stackable(self.model, self.x, self.group_key())
+
+
+_STACKABLE: dict[tuple, bool] = {}
+
+
+def _stackable(model: nn.Module, x: torch.Tensor, key: tuple) -> bool:
+    """Whether ``model``'s forward runs over stacked parameters: the project's MLP does; any
+    other module is tried once per architecture on one sample, in training mode, under
+    ``torch.vmap`` (which refuses random draws), and remembered."""
+    if type(model) is MLP:
+        return True
+    found = _STACKABLE.get(key)
+    if found is None:
+        was_training = model.training
+        model.train()
+        try:
+            with torch.no_grad():
+                params = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
+                vmap_forward(model)(params, x[:1].unsqueeze(0))
+            found = True
+        except Exception:   # randomness under vmap, data-dependent control flow, ...
+            found = False
+        finally:
+            model.train(was_training)
+        _STACKABLE[key] = found
+    return found
 
 
 def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float]:
-    """Run every job, those that can be batched together as one computation per group; returns
-    each job's mean batch loss (as ``train_epochs``), in the order of ``jobs``."""
+    """Run every job, those that can be batched together as one computation per group, then each
+    one's ``then``; returns each job's mean batch loss (as ``train_epochs``), in ``jobs``' order."""
     losses: list[float] = [float("nan")] * len(jobs)
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
@@ -80,8 +133,9 @@ def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float
                 losses[i] = loss
             batched.update(members)
     for i, job in enumerate(jobs):
-        if i not in batched:
-            losses[i] = job.run()
+        losses[i] = losses[i] if i in batched else job.train()
+    for job in jobs:
+        job.finish()
     return losses
 
 

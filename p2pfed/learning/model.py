@@ -1,4 +1,6 @@
-"""The classifier every device trains: a plain ReLU MLP whose layers are listed in order.
+"""The classifier every device trains: the project's ReLU MLP, or a model of the user's own.
+
+``model.name: mlp`` (the default) is a plain ReLU MLP whose layers are listed in order.
 
 FedSub's subnetworks, prototypes and relevance propagation all walk the layers one by one,
 so the model exposes them as an ordered list of ``nn.Linear`` instead of hiding them in a
@@ -14,10 +16,16 @@ so a pruned unit can come back (SAFL's model recovery).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
+
+from p2pfed.plugins import PluginError, entry_point, is_plugin_name, load_object
+
+ENTRY_POINTS = "p2pfed.models"
 
 
 class MLP(nn.Module):
@@ -47,6 +55,11 @@ class MLP(nn.Module):
     @property
     def num_classes(self) -> int:
         return self.layers[-1].out_features
+
+    @property
+    def head(self) -> nn.Linear:
+        """The classifier on the features (the last layer)."""
+        return self.layers[-1]
 
     def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Post-activation output of every layer (ReLU for hidden layers, logits for the last)."""
@@ -87,3 +100,67 @@ def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# -- models of the user's own ---------------------------------------------------------------------
+ModelFactory = Callable[..., nn.Module]
+
+
+def model_factory(name: str, search: Sequence[Path] = ()) -> ModelFactory | None:
+    """The factory ``model.name`` names: None for ``mlp`` (built by ``build_model``), else a
+    user's ``module:function`` / ``path/to/file.py:function`` or an installed package's
+    ``p2pfed.models`` entry point. It is called as ``factory(input_size, num_classes, generator,
+    **model.options)`` and returns a ``torch.nn.Module`` mapping (batch, input_size) to
+    (batch, num_classes) logits."""
+    if name == "mlp":
+        return None
+    found = load_object(name, search, what="model.name") if is_plugin_name(name) else entry_point(ENTRY_POINTS, name)
+    if found is None:
+        raise PluginError(f"model.name: unknown model {name!r}; use mlp, or name your own factory as "
+                          "module:function or path/to/file.py:function")
+    if not callable(found):
+        raise PluginError(f"model.name: {name!r} is not callable (a factory returning a torch.nn.Module)")
+    return found
+
+
+def build_user_model(factory: ModelFactory, name: str, in_features: int, num_classes: int, seed: int,
+                     options: dict[str, Any] | None = None) -> nn.Module:
+    """``factory``'s model, its initial weights drawn from ``seed`` on every device alike (the
+    generator it is given, and torch's global one while it runs, both seeded), checked to be a
+    module whose parameters are float tensors."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            model = factory(in_features, num_classes, generator, **(options or {}))
+        except TypeError as exc:
+            raise PluginError(f"model.name: {name!r} must accept (input_size, num_classes, generator, "
+                              f"**model.options): {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise PluginError(f"model.name: {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+    if not any(True for _ in model.parameters()):
+        raise PluginError(f"model.name: {name!r} returned a model without parameters")
+    for pname, param in model.named_parameters():
+        if not param.is_floating_point():
+            raise PluginError(f"model.name: {name!r}: parameter {pname} is {param.dtype}, not a float tensor")
+    return model
+
+
+def head_of(model: nn.Module, model_name: str = "mlp") -> nn.Module:
+    """The classifier a body/head method keeps local: the MLP's last layer, or a user model's
+    ``head`` submodule."""
+    head = getattr(model, "head", None)
+    if not isinstance(head, nn.Module):
+        raise ValueError(f"model.name: {model_name!r} declares no head: this method needs a submodule named "
+                         "`head` (the classifier on the features)")
+    return head
+
+
+def feature_dim(model: nn.Module, model_name: str = "mlp") -> int:
+    """The width of ``model.features(x)``, the space prototypes live in: the input width of its
+    head, which must then be a ``Linear`` layer, and ``features`` must exist."""
+    head = head_of(model, model_name)
+    if not callable(getattr(model, "features", None)) or not isinstance(head, nn.Linear):
+        raise ValueError(f"model.name: {model_name!r}: this method needs `features(x)` (the representation) "
+                         "and a Linear `head` on it")
+    return head.in_features

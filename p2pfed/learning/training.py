@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,16 +44,43 @@ def train_epochs(
     extra_loss: ExtraLoss | None = None,
     epochs: int | None = None,
     trainable: list[nn.Parameter] | None = None,
+    model_generator: torch.Generator | None = None,
 ) -> float:
     """Mini-batch SGD for ``epochs`` (default ``config.epochs``); returns the mean batch loss.
 
     Momentum starts afresh each call: after fusion the parameters have moved, so momentum from
     the previous round would point the wrong way. The update is ``torch.optim.SGD``'s, written out
-    (``learning/sgd.py``: bit-identical, without building an optimiser per call).
+    (``learning/sgd.py``: bit-identical, without building an optimiser per call). A model's own
+    randomness (dropout) draws from ``model_generator`` (``model_randomness``).
     """
     n = int(x.shape[0])
     if n == 0:
         return float("nan")
+    with model_randomness(model_generator):
+        return _train_epochs(model, x, y, config, generator, extra_loss, epochs, trainable)
+
+
+@contextmanager
+def model_randomness(generator: torch.Generator | None) -> Iterator[None]:
+    """While a model trains, torch's global generator — what dropout and other random layers draw
+    from — continues ``generator``'s stream (the device's own), which then continues from where
+    the model left it; the global generator is restored after. So a model's randomness is
+    reproducible and each device's own, whatever else runs in the process. None: untouched."""
+    if generator is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.random.set_rng_state(generator.get_state())
+        try:
+            yield
+        finally:
+            generator.set_state(torch.random.get_rng_state())
+
+
+def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: TrainingConfig,
+                  generator: torch.Generator, extra_loss: ExtraLoss | None, epochs: int | None,
+                  trainable: list[nn.Parameter] | None) -> float:
+    n = int(x.shape[0])
     params = trainable if trainable is not None else list(model.parameters())
     named = {str(i): p for i, p in enumerate(params)}
     momentum = {k: torch.zeros_like(p) for k, p in named.items()} if config.momentum != 0 else None

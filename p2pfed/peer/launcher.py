@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from p2pfed.peer.keys import make_keys
+from p2pfed.plugins import path_entries
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import round_float
 from p2pfed.scenario.build import build_graph, load_scenario_dataset
@@ -103,13 +104,24 @@ def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], s
     return Plan(configs, out_dirs, start_time, graph.number_of_edges(), insecure)
 
 
+def peer_environment() -> dict[str, str]:
+    """A peer process's environment: this one's, with the folders of the user's own code (a
+    method or model named ``module:Name``) on ``PYTHONPATH``, so the peer imports what the
+    launcher did."""
+    env = os.environ.copy()
+    entries = [*path_entries(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    if entries:
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
+    return env
+
+
 def spawn(config: Path, *, insecure: bool, verbose: bool = False) -> subprocess.Popen:
     """Start one ``p2pfed peer`` process; its output goes to a ``.log`` file beside its config."""
     cmd = [sys.executable, "-m", "p2pfed.cli.main"] + (["-v"] if verbose else []) + \
           ["peer", "--config", str(config)] + (["--insecure"] if insecure else [])
     log = config.with_suffix(".log").open("ab")
     try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=peer_environment())
     finally:
         log.close()
 

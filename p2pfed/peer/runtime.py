@@ -38,7 +38,7 @@ from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, dump, launch_problems, load_scenario
+from p2pfed.scenario.loader import ScenarioError, fingerprint, launch_problems, load_scenario
 from p2pfed.scenario.randomness import int_seed
 from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Mailbox, Outbox, Rejected
@@ -88,7 +88,8 @@ class Peer:
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.out / "checkpoint.pt"
-        self.fingerprint = json.dumps({"peer": cfg.id, "scenario": dump(self.loaded)}, sort_keys=True)
+        self.fingerprint = json.dumps({"peer": cfg.id, "scenario": json.loads(fingerprint(self.loaded))},
+                                      sort_keys=True)
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
         self.recorder = Recorder([cfg.id], time_origin=self.start_time)

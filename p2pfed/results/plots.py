@@ -19,6 +19,19 @@ def plot_run(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
 
 def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: str = "") -> None:
     """Mean macro-F1 (with ±std band) and cumulative megabytes sent, per round, one line per run."""
+    save_figure(comparison_figure(runs, title), path)
+
+
+def save_figure(fig: Any, path: Path, *, dpi: int = 110, close: bool = True) -> None:
+    """Write ``fig`` to ``path`` atomically (and close it, unless the caller keeps it)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi)
+    if close:
+        plt.close(fig)
+
+
+def comparison_figure(runs: dict[str, list[dict[str, Any]]], title: str = "") -> Any:
+    """The figure of ``plot_comparison``."""
     fig, (ax_f1, ax_bytes) = plt.subplots(1, 2, figsize=(11, 4))
     colours = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
     for ax in (ax_f1, ax_bytes):
@@ -40,9 +53,7 @@ def plot_comparison(runs: dict[str, list[dict[str, Any]]], path: Path, title: st
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def plot_contacts(plan, times: list[float], path: Path, title: str = "") -> None:

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import p2pfed
+from p2pfed._version import __version__
 
-PACKAGE_DIR = Path(p2pfed.__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 @functools.lru_cache(maxsize=1)
@@ -24,7 +24,7 @@ def code_version() -> dict[str, Any]:
     ``git_dirty`` is true when tracked files of the package differ from the commit. Outside a git
     checkout (an installed wheel) or without git, both git fields are None. Asked once per process.
     """
-    return {"p2pfed": p2pfed.__version__, **_git_state(PACKAGE_DIR)}
+    return {"p2pfed": __version__, **_git_state(PACKAGE_DIR)}
 
 
 def _git_state(where: Path) -> dict[str, Any]:

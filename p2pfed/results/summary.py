@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from p2pfed.plugins import loaded_code
 from p2pfed.results.provenance import code_version
 from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
 
@@ -53,9 +54,15 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         },
         "algorithm_stats": {k: _mean_of(v) for k, v in by_key.items()},
         **extra,
-        "code": code_version(),
+        "code": _code(config),
         "config": config,
     }
+
+
+def _code(config: dict[str, Any]) -> dict[str, Any]:
+    """The package's version, and the files (with hashes) of the user's own method and model."""
+    user = loaded_code([config["algorithm"]["name"], config.get("model", {}).get("name", "mlp")])
+    return {**code_version(), **({"user_code": user} if user else {})}
 
 
 def _mean_of(values: list) -> Any:

@@ -69,9 +69,11 @@ def model_parameters(sc: Scenario) -> int:
 def estimates(sc: Scenario) -> list[Estimate]:
     """The lower-bound memory of each structure whose size a scenario field drives."""
     n = device_count(sc)
-    params = model_parameters(sc)
-    out = [Estimate("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
-                    f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes")]
+    out = []
+    if sc.model.name == "mlp":   # a model of the user's own is sized once built (engine.footprint)
+        params = model_parameters(sc)
+        out.append(Estimate("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
+                            f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes"))
     restarts = sc.algorithm.options.get("kmeans_n_init") if sc.algorithm.name == "fedsub" else None
     if isinstance(restarts, int):
         # All restarts run as one batch: at least 2 centres of the prototype dimension each.

@@ -6,14 +6,15 @@ Shared by the simulation and the real-peer runtime so both build devices the sam
 from __future__ import annotations
 
 import networkx as nx
+from torch import nn
 
-from p2pfed.algorithms import Algorithm, DeviceContext, algorithm_class
+from p2pfed.algorithms import Algorithm, DeviceContext, Offload, algorithm_class
 from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
                          load_dataset)
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
 from p2pfed.network import build_topology
 from p2pfed.learning.generalization import PooledTestData
-from p2pfed.learning.model import build_model
+from p2pfed.learning.model import build_model, build_user_model, model_factory
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, algorithm_options
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
@@ -45,31 +46,44 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
     return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
 
 
+def build_device_model(loaded: LoadedScenario, num_features: int, num_classes: int) -> nn.Module:
+    """The scenario's model (``model.name``) with the initial weights every device starts from
+    (drawn from the scenario seed), as a server's first broadcast would give them."""
+    sc = loaded.scenario
+    seed = int_seed(sc.seed, "model-init")
+    factory = model_factory(sc.model.name, [loaded.base_dir])
+    if factory is None:
+        return build_model(num_features, num_classes, sc.model.hidden, seed=seed, unit_gates=sc.model.unit_gates)
+    return build_user_model(factory, sc.model.name, num_features, num_classes, seed, sc.model.options)
+
+
 def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
                     shared: dict | None = None, device: DeviceData | None = None,
-                    pooled_test: PooledTestData | None = None) -> Algorithm:
-    """The scenario's method for one device. Every device starts from the same initial weights
-    (drawn from the scenario seed), as a server's first broadcast would give them.
+                    pooled_test: PooledTestData | None = None, offload: Offload | None = None) -> Algorithm:
+    """The scenario's method for one device, on the scenario's model.
 
     ``device`` replaces the dataset's device ``device_id`` (a real peer's own data); it must fit
     the federation's model (same features and classes). With ``evaluation.generalization`` the
     device is also scored on the other devices' test data (``pooled_test``, built from the dataset
-    if not given; pass one to share it between devices)."""
+    if not given; pass one to share it between devices). ``shared``: the runtime-wide memo
+    tables, ``offload``: where methods may send work (see ``Offload``)."""
     sc = loaded.scenario
     device = dataset.devices[device_id] if device is None else device
-    model = build_model(dataset.num_features, dataset.num_classes, sc.model.hidden,
-                        seed=int_seed(sc.seed, "model-init"), unit_gates=sc.model.unit_gates)
+    model = build_device_model(loaded, dataset.num_features, dataset.num_classes)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),
                         torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
+                        model_rng=torch_stream(sc.seed, "device-model", device_id), model_name=sc.model.name,
                         shared=shared if shared is not None else {},
                         model_seed=int_seed(sc.seed, "model-init"),
                         hide_test_classes=sc.dynamic.test_classes == "visible")
+    if offload is not None:
+        ctx.offload = offload
     if sc.evaluation.generalization:
         pool = pooled_test if pooled_test is not None else pooled_test_data(dataset)
         ctx.generalization_data = lambda: pool.others(device_id)
-    cls = algorithm_class(sc.algorithm.name)
+    cls = algorithm_class(sc.algorithm.name, [loaded.base_dir])
     return cls(ctx, algorithm_options(loaded))
 
 
@@ -81,12 +95,14 @@ def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
                           latency_s=topo.latency_s)
 
 
-def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset,
-                     shared: dict | None = None) -> list[Algorithm]:
-    """Every device's method; ``shared``: the runtime-wide memo tables they share (new if None)."""
+def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset, *, shared: dict | None = None,
+                     offload: Offload | None = None) -> list[Algorithm]:
+    """Every device's method; ``shared``: the runtime-wide memo tables they share (new if None);
+    ``offload``: where they may send work (the runtime's)."""
     shared = {} if shared is None else shared
     pool = pooled_test_data(dataset) if loaded.scenario.evaluation.generalization else None
-    return [build_algorithm(loaded, dataset, i, shared, pooled_test=pool) for i in range(len(dataset.devices))]
+    return [build_algorithm(loaded, dataset, i, shared, pooled_test=pool, offload=offload)
+            for i in range(len(dataset.devices))]
 
 
 def pooled_test_data(dataset: FederatedDataset) -> PooledTestData:

@@ -8,6 +8,7 @@ directory.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from p2pfed.algorithms import algorithm_class
+from p2pfed.algorithms import RunFacts, algorithm_class
+from p2pfed.learning.model import model_factory
+from p2pfed.plugins import check_importable, is_plugin_name, loaded_code
 from p2pfed.scenario.schema import AlgorithmSection, Scenario
 from p2pfed.textfile import read_text
 
@@ -46,18 +49,19 @@ class LoadedScenario:
     def with_algorithm(self, name: str) -> LoadedScenario:
         """The same scenario run with another method, keeping only the options it knows."""
         data = self.scenario.model_dump()
-        data["algorithm"] = switch_algorithm(self.scenario.algorithm.model_dump(), name)
+        data["algorithm"] = switch_algorithm(self.scenario.algorithm.model_dump(), name, search=[self.base_dir])
         return LoadedScenario(Scenario.model_validate(data), self.source, self.base_dir)
 
 
-def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] = frozenset()) -> dict[str, Any]:
+def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] = frozenset(),
+                     search: list[Path] | None = None) -> dict[str, Any]:
     """An ``algorithm`` mapping for method ``name``: the options it knows, plus those in ``keep``.
 
     Why: a scenario written for FedSub carries FedSub's options; running it with another method
     (``--algorithm``, ``--set algorithm.name=...``, ``compare``) must not refuse them, but an
     option the user set for the new method on the command line (``keep``) is still checked.
     """
-    known = set(algorithm_class(name).Options.model_fields)
+    known = set(algorithm_class(name, search or []).Options.model_fields)
     opts = {k: v for k, v in section.items() if k != "name" and (k in known or k in keep)}
     return {"name": name, **opts}
 
@@ -79,6 +83,16 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         p = Path(path)
         source, base_dir = str(p), p.resolve().parent
         raw = read_yaml_file(p, "scenario file")
+    return load_mapping(raw, source, base_dir, overrides, seed)
+
+
+def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: list[str] | None = None,
+                 seed: int | None = None) -> LoadedScenario:
+    """``load_scenario`` of a mapping already read (a scenario given as a dict from Python):
+    ``source`` names it in errors, relative paths resolve against ``base_dir``."""
+    if not isinstance(raw, dict):
+        raise ScenarioError([f"{source}: a scenario must be a mapping of keys, got {type(raw).__name__}"])
+    raw = copy.deepcopy(raw)
     file_algorithm = _algorithm_name(raw)
     set_options: set[str] = set()
     for item in overrides or []:
@@ -88,7 +102,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     name = _algorithm_name(raw)
     if name != file_algorithm and isinstance(raw.get("algorithm"), dict):
         try:
-            raw["algorithm"] = switch_algorithm(raw["algorithm"], str(name), keep=set_options)
+            raw["algorithm"] = switch_algorithm(raw["algorithm"], str(name), keep=set_options, search=[base_dir])
         except ValueError:
             pass  # an unknown name: validate() reports it with the choices
     if seed is not None:
@@ -160,7 +174,7 @@ def describe_error(err: dict[str, Any]) -> str:
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown key"
     msg = err["msg"].removeprefix("Value error, ")
-    if not err["loc"]:   # a rule across sections: its message names the field itself
+    if not err["loc"] or _names_its_field(msg):   # the message names the field itself
         return msg
     if err["type"] == "finite_number":
         msg = "must be a finite number (NaN and infinity are refused)"
@@ -194,6 +208,20 @@ def field_errors(errors: list[dict[str, Any]], prefix: tuple = ()) -> list[dict[
     return list(merged.values())
 
 
+def _names_its_field(msg: str) -> bool:
+    """Whether a message starts with the scenario field it is about ('model.name: ...')."""
+    head, sep, _ = msg.partition(": ")
+    parts = head.split(".")
+    return bool(sep) and len(parts) >= 2 and parts[0] in Scenario.model_fields and all(
+        p.replace("_", "").isalnum() for p in parts)
+
+
+def run_facts_of(scenario: Scenario) -> RunFacts:
+    """What a method's options are checked against (``Options`` validators)."""
+    return RunFacts(method=scenario.algorithm.name, rounds=scenario.device_rounds(),
+                    model_name=scenario.model.name, mlp_layers=scenario.model.mlp_layers)
+
+
 def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     """Validate a raw mapping; collect every problem, then raise them together."""
     problems: list[str] = []
@@ -207,24 +235,32 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     cls = None
     if isinstance(name, str):  # any other type is reported by the schema above
         try:
-            cls = algorithm_class(name)
+            cls = algorithm_class(name, [base_dir])
         except ValueError as exc:
-            problems.append(f"{source}: algorithm.name: {exc}")
-    options = None
+            problems.append(f"{source}: {exc}" if str(exc).startswith("algorithm.name:")
+                            else f"{source}: algorithm.name: {exc}")
+    if scenario is not None:
+        try:
+            model_factory(scenario.model.name, [base_dir])
+        except ValueError as exc:
+            problems.append(f"{source}: {exc}")
     if cls is not None:
         opts = {k: v for k, v in algo.items() if k != "name"}
+        context = {"run": run_facts_of(scenario)} if scenario is not None else None
         try:
-            options = cls.Options.model_validate(opts)
+            cls.Options.model_validate(opts, context=context)
         except ValidationError as exc:
             known = ", ".join(cls.Options.model_fields) or "no options"
             problems += [f"{source}: {describe_error(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
                                                          else "")
                          for e in field_errors(exc.errors(), ("algorithm",))]
+        if scenario is not None and scenario.forwarding.enabled:
+            unknown = [p for p in scenario.forwarding.parts if p not in cls.parts]
+            if unknown:
+                problems.append(f"{source}: forwarding.parts: {name} sends no part named "
+                                f"{', '.join(map(repr, unknown))}; its parts: {', '.join(cls.parts)}")
     problems += _missing_files(raw, source, base_dir)
-    if scenario is not None and options is not None and not problems:
-        problems += [f"{source}: {p}" for p in cls.scenario_problems(
-            options, rounds=scenario.device_rounds(), layers=len(scenario.model.hidden) + 1)]
-    if problems:
+    if problems or scenario is None:
         raise ScenarioError(problems)
     return scenario
 
@@ -239,6 +275,12 @@ def launch_problems(loaded: LoadedScenario) -> list[str]:
     if sc.contacts.kind != "none":
         problems.append(f"{loaded.source}: contacts.kind: real peers run synchronous rounds over the "
                         f"topology; contacts ({sc.contacts.kind!r}) are simulated only")
+    for field, name in (("algorithm.name", sc.algorithm.name), ("model.name", sc.model.name)):
+        if is_plugin_name(name):   # each peer is a new process: the user's code must load there too
+            try:
+                check_importable(name, [loaded.base_dir], what=field)
+            except ValueError as exc:
+                problems.append(f"{loaded.source}: {exc}")
     return problems
 
 
@@ -262,8 +304,22 @@ def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str
 
 def algorithm_options(loaded: LoadedScenario):
     """The scenario's algorithm options, parsed by that method's own options model."""
-    cls = algorithm_class(loaded.scenario.algorithm.name)
+    cls = algorithm_class(loaded.scenario.algorithm.name, [loaded.base_dir])
     return cls.Options.model_validate(loaded.scenario.algorithm.options)
+
+
+def user_code(loaded: LoadedScenario) -> dict[str, dict[str, str]]:
+    """The files of the user's own code the scenario runs (its method, its model), with hashes."""
+    sc = loaded.scenario
+    return loaded_code([sc.algorithm.name, sc.model.name])
+
+
+def fingerprint(loaded: LoadedScenario) -> str:
+    """What a checkpoint must have been written for: the resolved scenario, and the hashes of
+    the user's code it runs (a checkpoint of an edited method is refused)."""
+    code = user_code(loaded)
+    scenario = dump(loaded)
+    return json.dumps(scenario if not code else {"scenario": scenario, "user_code": code}, sort_keys=True)
 
 
 def dump(loaded: LoadedScenario) -> dict[str, Any]:

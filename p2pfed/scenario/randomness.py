@@ -17,6 +17,7 @@ STREAMS = (
     "data-split",       # train/test splits and synthetic data
     "model-init",       # the initial weights every device starts from
     "device",           # per device: its training order, noise, SMOTE draws (index: device id)
+    "device-model",     # per device: its model's own randomness while training, e.g. dropout
     "graph",            # random topologies
     "contacts",         # mobility and pairwise contact processes
     "churn",            # devices going offline and back

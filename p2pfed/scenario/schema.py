@@ -94,14 +94,31 @@ class DatasetSection(Section):
 
 
 class ModelSection(Section):
+    # "mlp", or a factory of the user's own: "package.module:make_model" / "path/to/file.py:make_model"
+    name: str = Field("mlp", min_length=1)
     hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1)
     unit_gates: bool = False   # a scaling factor on every hidden unit (SAFL adds them itself)
+    options: dict[str, Any] = Field(default_factory=dict)   # keyword arguments of a user's factory
 
     @model_validator(mode="after")
     def _positive(self) -> ModelSection:
         if any(h <= 0 for h in self.hidden):
             raise ValueError(f"model.hidden sizes must be positive, got {self.hidden}")
+        if self.name == "mlp" and self.options:
+            raise ValueError("model.options are the keyword arguments of a factory of your own; the mlp takes "
+                             "model.hidden and model.unit_gates")
+        if self.name != "mlp":
+            default = ModelSection()
+            for key in ("hidden", "unit_gates"):
+                if getattr(self, key) != getattr(default, key):
+                    raise ValueError(f"model.{key} shapes the mlp; {self.name!r} is built by its own factory "
+                                     "(pass its settings in model.options)")
         return self
+
+    @property
+    def mlp_layers(self) -> int | None:
+        """The MLP's number of Linear layers; None for a model of the user's own."""
+        return len(self.hidden) + 1 if self.name == "mlp" else None
 
 
 class TrainingSection(Section):
@@ -150,9 +167,18 @@ class EngineSection(Section):
     # A synchronous round trains the devices whose methods train plainly as one batched
     # computation (equal to one at a time to float rounding); false: one model at a time.
     batched_training: bool = True
-    # FedSub's K sweeps of a contact run's batch windows computed ahead by one helper process
-    # (a second core); "auto": when the machine has two cores or more and this is not a sweep worker.
-    sweep_helper: bool | Literal["auto"] = "auto"
+    # Work methods offload (FedSub's K sweeps) computed ahead by one helper process (a second
+    # core) in a contact run with batch windows; "auto": when the machine has two cores or more
+    # and this is not a sweep worker.
+    offload: bool | Literal["auto"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "sweep_helper" in data:
+            raise ValueError("engine.sweep_helper: renamed engine.offload (the helper process now serves any "
+                             "method's offloaded work)")
+        return data
 
     @field_validator("torch_threads")
     @classmethod
@@ -296,9 +322,9 @@ class Scenario(Section):
         if self.dynamic.devices_fraction > 0 and self.contacts.kind != "none":
             raise ValueError("dynamic.devices_fraction: dynamic data returns classes on a round schedule, "
                              f"so it needs synchronous rounds (contacts.kind: none, got {self.contacts.kind!r})")
-        if self.engine.sweep_helper is True and not self.uses_batch_windows():
-            raise ValueError("engine.sweep_helper: true: the helper computes the K sweeps of a contact run's batch "
-                             "windows ahead, so it needs contacts (contacts.kind other than none) and "
+        if self.engine.offload is True and not self.uses_batch_windows():
+            raise ValueError("engine.offload: true: the helper process computes offloaded work of a contact run's "
+                             "batch windows ahead, so it needs contacts (contacts.kind other than none) and "
                              "asynchronous.batch_window_s > 0; use auto or false")
         return self
 

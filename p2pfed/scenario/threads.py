@@ -46,10 +46,10 @@ def apply_torch_threads(setting: int | str, *, batched: bool = True) -> int:
     return count
 
 
-def sweep_helper_wanted(setting: bool | str) -> bool:
-    """Whether a contact run with batch windows starts a helper process for its K sweeps
-    (``engine.sweep_helper``): ``auto`` when a second core is free, i.e. the machine has two or
-    more and this process is not one of several sweep workers sharing them."""
+def offload_helper_wanted(setting: bool | str) -> bool:
+    """Whether a contact run with batch windows starts a helper process for the work methods
+    offload (``engine.offload``): ``auto`` when a second core is free, i.e. the machine has two
+    or more and this process is not one of several sweep workers sharing them."""
     if setting != "auto":
         return bool(setting)
     return machine_cores() >= 2 and not os.environ.get(WORKER_THREADS_ENV)

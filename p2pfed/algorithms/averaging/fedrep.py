@@ -1,0 +1,38 @@
+"""``fedrep``: FedPer's split, trained head first (body frozen), then body (head frozen).
+
+Follows FedRep (Collins et al., ICML 2021, Alg. 1; FedSub ubiquitous Sec. 2): each round a
+client runs ``head_epochs`` epochs on its local head with the shared representation fixed,
+then the training config's epochs on the representation with the new head fixed; only the
+representation is aggregated — here, averaged with the neighbours.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from p2pfed.algorithms.base import TrainingWork
+from p2pfed.algorithms.averaging.fedper import FedPer, FedPerOptions
+from p2pfed.algorithms.registry import register
+from p2pfed.learning.training import ExtraLoss
+
+
+class FedRepOptions(FedPerOptions):
+    head_epochs: int = Field(10, ge=1, description="epochs on the head before the body")
+
+
+@register
+class FedRep(FedPer):
+    name = "fedrep"
+    message_kind = "fedrep/body"
+    Options = FedRepOptions
+    options: FedRepOptions
+
+    def body_loss(self) -> ExtraLoss | None:
+        """An extra term for the body phase (ProtoHAR's prototype pull); none here."""
+        return None
+
+    def train(self, round: int) -> TrainingWork:
+        """The head's epochs here (body fixed), then the body's as the job (head fixed)."""
+        params = dict(self.ctx.model.named_parameters())
+        self.training_job(epochs=self.options.head_epochs, trainable=[params[n] for n in self.head]).run()
+        return self.training_job(extra_loss=self.body_loss(), trainable=[params[n] for n in self.body])

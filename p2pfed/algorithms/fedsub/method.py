@@ -1,0 +1,600 @@
+"""``fedsub``: FedSub without a server — class prototypes and class subnetworks, fused per class.
+
+Follows *FedSub: Introducing Class-aware Subnetworks Fusion to Enhance Personalized Federated
+Learning* (the journal version, Sec. 3) and Campana and Delmastro, *FedSub: Introducing
+class-aware Subnetworks Fusion to Enhance Personalized Federated Learning in Ubiquitous Systems*
+(the ubiquitous version, Alg. 1-3). Every round a device trains E local epochs (Alg. 1 l.2),
+holds one prototype per class (``prototypes: input``, the default: the class mean of its input
+data, ubiquitous Alg. 1 l.5, recomputed only when its local data change, journal Sec. 3.1;
+``embedding``: the mean penultimate feature, recomputed every round), a reliability score per
+class (l.5) and one subnetwork per class (Eq. 2 naive activations, or Eq. 4-5 LRP), and shares
+them. The server's part (Alg. 2) runs on every device over its own and its cached peers'
+artifacts: per class, K-means on the prototypes with K chosen by the Davies–Bouldin index, then
+fusion of the cluster-mates' subnetworks (Eq. 9-10 *Overlapping Components* by default; Eq. 6-7
+cluster average, Eq. 8 leadership), and only the fused parameters change (l.13).
+
+The K rule: the journal's text sweeps K from 2 up to the number of prototypes (``k_rule:
+literal``), which on real prototypes picks K = n-1 — singleton clusters, so every fusion rule is
+the identity — while the papers' results (fusion rules and scores ranked apart) need clusters
+with several members. The default ``min-size`` only lets partitions whose clusters all have
+``min_cluster_size`` (2) members win; this bound is inferred from the papers' results, not
+written in them. ``algorithm_stats`` reports the chosen K next to the literal rule's.
+
+Optionally (ubiquitous version, Alg. 3) the prototypes members lack are first predicted by
+collaborative filtering, so a device is also clustered, and fused, for classes it has no data for
+yet; and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise (drawn
+once per prototype computation, so repeating an unchanged prototype does not average it away).
+
+Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
+(neighbours, or carriers of them), so each device clusters its own view; all devices start from
+the same initial weights (a shared seed), as a server's first broadcast would give them.
+``exchange: broadcast`` sends every artifact to every neighbour; under intermittent contacts the
+share splits into a tiny prototype part and a larger subnetwork part (``share_parts``).
+``exchange: two-phase`` (fewer bytes, journal Sec. 6's future work) sends the prototypes to all,
+with this device's *requests* — per peer, the classes for which that peer is its cluster-mate —
+and sends each peer only the subnetworks it requested, addressed to it (``meta['to']``).
+On the wire a device sends the rows of the union of the sent class subnetworks once, plus one
+bit per unit and class (see ``encode_subnetworks``), instead of one masked copy of the model per
+class; ``algorithm_stats`` reports both byte counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from p2pfed.algorithms.base import (NOT_READY, Algorithm, ArtifactError, Deferred, DeviceContext, FusionWork,
+                                    MLPOptions, Payload, Received, expect_array, require_mlp)
+from p2pfed.algorithms.registry import register
+from p2pfed.algorithms.state import array_from_state, array_state
+from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
+from p2pfed.algorithms.fedsub.collaborative import predict_missing
+from p2pfed.learning.batched_fusion import FusionJob
+from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
+from p2pfed.learning.model import MLP
+from p2pfed.algorithms.fedsub.privacy import perturb
+from p2pfed.learning.prototypes import class_means, class_prototypes
+from p2pfed.algorithms.fedsub.subnetworks import EXTRACTORS, UnitMasks, extract_unit_masks, union_units
+from p2pfed.learning.training import per_class_accuracy
+
+
+class FedSubOptions(MLPOptions):
+    extraction: str = Field("naive", description="subnetwork extraction rule")
+    fusion: Literal["overlap", "cluster-avg", "leadership"] = "overlap"
+    score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
+    depth: Literal["full", "partial"] = "full"
+    shared_layers: int = Field(2, ge=1, description="layers fused when depth is partial")
+    float16: bool = Field(False, description="send parameter values as float16")
+    prototypes: Literal["input", "embedding"] = Field(
+        "input", description="class means of the input data (papers) or of the penultimate features")
+    k_rule: Literal["min-size", "half", "literal"] = Field(
+        "min-size", description="which DBI partitions may win (see clustering.choose_k_by_dbi)")
+    max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
+    kmeans_n_init: int = Field(4, ge=1)
+    min_cluster_size: int = Field(2, ge=1, description="smallest cluster the min-size rule accepts")
+    exchange: Literal["broadcast", "two-phase"] = Field(
+        "broadcast", description="send everything to all, or prototypes first and subnetworks on request")
+    cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
+    predict_missing: bool = Field(False, description="predict absent prototypes (ubiquitous Alg. 3)")
+    predict_neighbors: int = Field(3, ge=1, description="n most similar members in Eq. 2")
+    proto_noise: Literal["none", "gaussian", "laplace"] = "none"
+    proto_noise_sigma: float | None = Field(None, gt=0, description="gaussian noise std")
+    proto_noise_epsilon: float | None = Field(None, gt=0, description="laplace privacy budget")
+    proto_noise_sensitivity: float = Field(1.0, gt=0, description="laplace L1 sensitivity")
+
+    @field_validator("extraction")
+    @classmethod
+    def _known_extraction(cls, v: str) -> str:
+        if v not in EXTRACTORS:
+            raise ValueError(f"unknown extraction {v!r}; choose one of {sorted(EXTRACTORS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _noise_parameters(self) -> FedSubOptions:
+        """Each noise kind needs its own parameter, and a parameter without its kind is a typo."""
+        if self.proto_noise == "gaussian" and self.proto_noise_sigma is None:
+            raise ValueError("proto_noise 'gaussian' needs proto_noise_sigma")
+        if self.proto_noise == "laplace" and self.proto_noise_epsilon is None:
+            raise ValueError("proto_noise 'laplace' needs proto_noise_epsilon")
+        if self.proto_noise != "gaussian" and self.proto_noise_sigma is not None:
+            raise ValueError(f"proto_noise_sigma is set but proto_noise is {self.proto_noise!r}")
+        if self.proto_noise != "laplace" and self.proto_noise_epsilon is not None:
+            raise ValueError(f"proto_noise_epsilon is set but proto_noise is {self.proto_noise!r}")
+        return self
+
+
+@dataclass
+class Artifacts:
+    """One device's class-level artifacts, decoded into dense per-parameter form. Never modified
+    once built: what a fusion reads from them per class is worked out once and kept."""
+
+    classes: list[int]
+    prototypes: np.ndarray | None       # (C, d); None when only the subnetwork part arrived
+    scores: list[float]
+    values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
+    units: dict[int, UnitMasks] | None      # class -> unit mask per layer
+    requests: dict[int, list[int]] | None = None  # two-phase: peer -> classes it asks that peer for
+    # with_subnetworks' results: id of the other part -> (that part, the merged artifacts)
+    _merged: dict[int, tuple[Artifacts | None, Artifacts]] = field(default_factory=dict, repr=False, compare=False)
+
+    def with_subnetworks(self, other: Artifacts | None) -> Artifacts:
+        """These prototypes with ``other``'s subnetworks (None: none). One object per pair, kept
+        here: the receivers of both parts share this one (parsed once per message), so they
+        share the merged artifacts too, and what a fusion works out from them once."""
+        if other is self:
+            return self
+        key = id(other)
+        kept = self._merged.get(key)
+        if kept is None or kept[0] is not other:
+            kept = self._merged[key] = (other, Artifacts(
+                self.classes, self.prototypes, self.scores, other.values if other else None,
+                other.units if other else None))
+        return kept[1]
+
+    @cached_property
+    def prototype_of(self) -> dict[int, np.ndarray]:
+        """Class -> its prototype (empty without a prototype part)."""
+        return {} if self.prototypes is None else dict(zip(self.classes, self.prototypes))
+
+    @cached_property
+    def score_of(self) -> dict[int, float]:
+        return dict(zip(self.classes, self.scores))
+
+    @cached_property
+    def unit_row(self) -> dict[int, np.ndarray]:
+        """Class -> its unit mask, every layer's units end to end (empty without subnetworks)."""
+        return {} if self.units is None else {c: np.concatenate(m) for c, m in self.units.items()}
+
+
+PARTS = ("whole", "prototypes", "subnetworks")
+
+
+def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -> dict[str, np.ndarray]:
+    """Rows of the union of the class subnetworks (sent once) plus one bit per unit and class."""
+    classes = sorted(units)
+    union = union_units(units)
+    dtype = np.float16 if float16 else np.float32
+    total = sum(l.out_features for l in model.layers)
+    bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
+            else np.zeros((0, total), dtype=bool))
+    tensors: dict[str, np.ndarray] = {"units": np.packbits(bits, axis=1)}   # 8 units per byte
+    for i, layer in enumerate(model.layers):
+        rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.out_features, dtype=torch.bool)
+        tensors[f"layers.{i}.weight"] = layer.weight.detach()[rows].numpy().astype(dtype)
+        tensors[f"layers.{i}.bias"] = layer.bias.detach()[rows].numpy().astype(dtype)
+    return tensors
+
+
+def decode_subnetworks(model: MLP, classes: list[int], payload: Payload
+                       ) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+    """Inverse of ``encode_subnetworks``, checked against the local model's shapes. What it
+    builds from the arrays (unit masks, the dense copy) goes into ``payload.memo``: the receivers
+    of a broadcast in the simulators share it (read-only), each checking the arrays' shapes
+    against its own model first."""
+    sizes = tuple(l.out_features for l in model.layers)
+    packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
+    if packed.dtype != np.uint8:
+        raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
+    key = ("fedsub/subnetworks", tuple(classes), tuple((l.out_features, l.in_features) for l in model.layers))
+    decoded = payload.remember(key, lambda: _DecodedUnits(packed, classes, sizes))
+    sent = [(expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
+             expect_array(payload, f"layers.{i}.bias", (n,)))
+            for i, (layer, n) in enumerate(zip(model.layers, decoded.row_counts))]
+    return decoded.units, decoded.dense(model, sent)
+
+
+class _DecodedUnits:
+    """A subnetwork message's unit masks, and (built on first use) its dense copy: parameters
+    zero outside the rows sent. Shared by the message's receivers: never modified."""
+
+    def __init__(self, packed: np.ndarray, classes: list[int], sizes: tuple[int, ...]) -> None:
+        bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
+        bits.flags.writeable = False   # the class masks are views into it
+        spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
+        self.units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
+        any_class = bits.any(axis=0)
+        self.rows = [any_class[a:b] for a, b in spans]
+        self.row_counts = [int(r.sum()) for r in self.rows]
+        self._dense: dict[str, torch.Tensor] | None = None
+
+    def dense(self, model: MLP, sent: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, torch.Tensor]:
+        if self._dense is None:
+            values: dict[str, torch.Tensor] = {}
+            for i, (layer, (w, bias)) in enumerate(zip(model.layers, sent)):
+                dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
+                dense_b = np.zeros(layer.out_features, dtype=np.float32)
+                dense_w[self.rows[i]] = w
+                dense_b[self.rows[i]] = bias
+                values[f"layers.{i}.weight"] = torch.from_numpy(dense_w)
+                values[f"layers.{i}.bias"] = torch.from_numpy(dense_b)
+            self._dense = values
+        return self._dense
+
+
+@dataclass
+class ClassPrototypes:
+    """A device's prototypes as last computed: clean (its own clustering) and as shared (noisy)."""
+
+    classes: np.ndarray
+    prototypes: np.ndarray
+    counts: np.ndarray
+    shared: np.ndarray
+    visible: list[int] | None    # the visible classes they were computed for (input space)
+
+
+@dataclass(frozen=True)
+class _FusionView:
+    """What one fusion clusters: the devices in view, their held prototypes per class, and per
+    class the members clustered and their points (held or predicted)."""
+
+    view: dict[int, Artifacts]
+    held: dict[int, dict[int, np.ndarray]]
+    classes: list[int]
+    members_of: dict[int, list[int]]
+    point_sets: list[np.ndarray]
+
+
+STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
+                 "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes")
+
+
+@register
+class FedSub(Algorithm):
+    name = "fedsub"
+    message_kind = "fedsub/artifacts"
+    Options = FedSubOptions
+    options: FedSubOptions
+    parts = PARTS
+
+    def __init__(self, ctx: DeviceContext, options: FedSubOptions) -> None:
+        super().__init__(ctx, options)
+        require_mlp(ctx, self.name)
+        self.own: Artifacts | None = None
+        # One memo of K sweeps for every device in the process (content-keyed).
+        self.clusterings: ClusteringCache = ctx.shared.setdefault("fedsub/clustering", ClusteringCache())
+        self.clusterings.reserve(ctx.num_classes)
+        self.last_k: dict[int, int] = {}
+        self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
+        self.protos: ClassPrototypes | None = None
+        self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
+        self.counters: dict[str, int] = dict.fromkeys(STAT_COUNTERS, 0)
+
+    @property
+    def prototype_dim(self) -> int:
+        layers = self.ctx.model.layers
+        return layers[0].in_features if self.options.prototypes == "input" else layers[-1].in_features
+
+    # -- client side (Alg. 1) --------------------------------------------------------------
+    def _reliability(self, classes: np.ndarray, counts: np.ndarray) -> list[float]:
+        kind = self.options.score
+        if kind == "equal":
+            return [1.0] * len(classes)
+        acc = per_class_accuracy(self.ctx.model, self.ctx.x_train, self.ctx.y_train,
+                                 self.ctx.num_classes)[classes]
+        if kind == "size":
+            return [float(c) for c in counts]
+        if kind == "accuracy":
+            return [float(a) for a in acc]
+        return [float(c * a) for c, a in zip(counts, acc)]
+
+    def _prototypes(self) -> ClassPrototypes:
+        """Input space: computed once per local dataset (journal Sec. 3.1: "updated whenever the
+        local dataset changes"), noise included; embedding space: every round."""
+        ctx, o = self.ctx, self.options
+        visible = None if ctx.visible_classes is None else sorted(ctx.visible_classes)
+        if o.prototypes == "input" and self.protos is not None and self.protos.visible == visible:
+            return self.protos
+        if o.prototypes == "input":
+            classes, protos, counts = class_means(ctx.x_train, ctx.y_train, ctx.num_classes)
+        else:
+            classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
+        shared = perturb(protos, o.proto_noise, ctx.rng, sigma=o.proto_noise_sigma,
+                         epsilon=o.proto_noise_epsilon, sensitivity=o.proto_noise_sensitivity)
+        self.protos = ClassPrototypes(classes, protos, counts, shared, visible)
+        return self.protos
+
+    def _extract(self) -> ClassPrototypes:
+        model, x, y = self.ctx.model, self.ctx.x_train, self.ctx.y_train
+        protos = self._prototypes()
+        units = extract_unit_masks(self.options.extraction, model, x, y, protos.classes)
+        values = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.own = Artifacts(classes=[int(c) for c in protos.classes], prototypes=protos.prototypes,
+                             scores=self._reliability(protos.classes, protos.counts), values=values,
+                             units=units)
+        return protos
+
+    def _subnetwork_tensors(self, classes: list[int]) -> dict[str, np.ndarray]:
+        """The encoded subnetworks of ``classes``, counted in both byte accountings."""
+        units = {c: self.own.units[c] for c in classes}
+        tensors = encode_subnetworks(self.ctx.model, units, self.options.float16)
+        value_bytes = 2 if self.options.float16 else 4
+        self.counters["subnet_messages"] += 1
+        self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
+        # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
+        self.counters["paper_style_bytes"] += value_bytes * sum(
+            int(np.count_nonzero(u)) * (layer.in_features + 1)   # a kept unit: its weight row and bias
+            for c in classes for layer, u in zip(self.ctx.model.layers, units[c]))
+        return tensors
+
+    def _meta(self, protos: ClassPrototypes, classes: list[int] | None = None) -> dict[str, Any]:
+        own = self.own
+        keep = own.classes if classes is None else classes
+        idx = [own.classes.index(c) for c in keep]
+        return {"classes": list(keep), "counts": [int(protos.counts[j]) for j in idx],
+                "scores": [own.scores[j] for j in idx]}
+
+    def share(self, round: int) -> list[Payload]:
+        """Prototypes (a few kB) and subnetworks (most of the model) as two parts, so that a
+        short contact can still deliver the prototypes (elsewhere they travel as one message);
+        two-phase: the prototypes to all, with this device's requests, and to each peer only the
+        subnetworks it requested, addressed to it."""
+        protos = self._extract()
+        if self.options.exchange == "broadcast":
+            meta = self._meta(protos)
+            return [Payload({**meta, "part": "prototypes"}, {"prototypes": protos.shared}),
+                    Payload({**meta, "part": "subnetworks"}, self._subnetwork_tensors(self.own.classes))]
+        requests = {str(peer): classes for peer, classes in sorted(self.requests.items())}
+        parts = [Payload({**self._meta(protos), "part": "prototypes", "requests": requests},
+                         {"prototypes": protos.shared})]
+        for peer, wanted in self._requested_from_me().items():
+            parts.append(Payload({**self._meta(protos, wanted), "part": "subnetworks", "to": peer},
+                                 self._subnetwork_tensors(wanted)))
+        return parts
+
+    def _requested_from_me(self) -> dict[int, list[int]]:
+        """Per peer that can be reached now, the classes it asked this device for (and it holds)."""
+        me, mine = self.ctx.device_id, set(self.own.classes)
+        reachable = set(self.ctx.neighbours()) if self.ctx.neighbours is not None else None
+        out: dict[int, list[int]] = {}
+        for key, item in sorted(self.cache.items(), key=lambda kv: _key_order(kv[0])):
+            sender, art = item.sender, item.parsed
+            if art.requests is None or (reachable is not None and sender not in reachable):
+                continue
+            wanted = sorted(set(art.requests.get(me, [])) & mine)
+            if wanted:
+                out[sender] = wanted
+        return out
+
+    def stats(self) -> dict:
+        """Over the whole run: the K chosen per class clustering next to the literal rule's, this
+        device's cluster size (itself included), how often a class fusion had >= 1 cluster-mate's
+        subnetwork, and the mean subnetwork message's tensor bytes in our encoding (the union of
+        the class subnetworks once) and in the papers' accounting (each class counted apart)."""
+        n = self.counters
+        out: dict = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+        if n["clusterings"]:
+            out["k_mean"] = n["k_sum"] / n["clusterings"]
+            out["literal_k_mean"] = n["literal_k_sum"] / n["clusterings"]
+            out["cluster_size_mean"] = n["cluster_size_sum"] / n["clusterings"]
+        if n["class_fusions"]:
+            out["fusions_with_mate_fraction"] = n["mate_fusions"] / n["class_fusions"]
+        if n["subnet_messages"]:
+            out["subnet_message_bytes"] = n["subnet_bytes"] / n["subnet_messages"]
+            out["subnet_message_bytes_paper_style"] = n["paper_style_bytes"] / n["subnet_messages"]
+        if self.options.predict_missing:
+            out["predicted_classes_fused"] = self.last_predicted
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Besides the base state: this device's own artifacts of its last share (its side of the
+        next fusion), its prototypes as shared, its requests and its statistics. Parsed peer
+        artifacts are rebuilt from the cache on load, and clusterings are a memo keyed on content."""
+        own, protos = self.own, self.protos
+        own_state = None if own is None else {
+            "classes": list(own.classes), "prototypes": array_state(own.prototypes),
+            "scores": list(own.scores), "values": {k: v.clone() for k, v in own.values.items()},
+            "units": {c: [array_state(u) for u in masks] for c, masks in own.units.items()}}
+        protos_state = None if protos is None else {
+            "classes": array_state(protos.classes), "prototypes": array_state(protos.prototypes),
+            "counts": array_state(protos.counts), "shared": array_state(protos.shared),
+            "visible": protos.visible}
+        return {**super().state_dict(), "own": own_state, "last_k": dict(self.last_k),
+                "last_predicted": self.last_predicted, "protos": protos_state,
+                "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        own = state["own"]
+        self.own = None if own is None else Artifacts(
+            classes=list(own["classes"]), prototypes=array_from_state(own["prototypes"]),
+            scores=list(own["scores"]), values={k: v.clone() for k, v in own["values"].items()},
+            units={int(c): [array_from_state(u) for u in masks] for c, masks in own["units"].items()})
+        self.last_k = {int(c): int(k) for c, k in state["last_k"].items()}
+        self.last_predicted = int(state["last_predicted"])
+        p = state["protos"]
+        self.protos = None if p is None else ClassPrototypes(
+            array_from_state(p["classes"]), array_from_state(p["prototypes"]), array_from_state(p["counts"]),
+            array_from_state(p["shared"]), None if p["visible"] is None else list(p["visible"]))
+        self.requests = {int(k): list(v) for k, v in state["requests"].items()}
+        self.counters = {k: int(state["counters"][k]) for k in STAT_COUNTERS}
+
+    # -- receiving -------------------------------------------------------------------------
+    def _parse(self, payload: Payload) -> Artifacts:
+        """The message's artifacts, checked against this device's model. Every receiver with the
+        same model shapes would check the same arrays the same way, so in the simulators (where
+        a broadcast's receivers share ``payload.memo``) the checked result is built once per
+        message and model shape and shared, read-only; only the addressee check is per device."""
+        to = payload.meta.get("to")
+        if to is not None and to != self.ctx.device_id:
+            raise ArtifactError(f"meta 'to' addresses peer {to!r}, not this peer ({self.ctx.device_id})")
+        return payload.remember(self._parse_key, lambda: self._parse_checked(payload))
+
+    @cached_property
+    def _parse_key(self) -> tuple:
+        """What a check of a message depends on besides the message (the model's shapes are
+        fixed for a run)."""
+        shapes = tuple((l.out_features, l.in_features) for l in self.ctx.model.layers)
+        return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, shapes)
+
+    def _parse_checked(self, payload: Payload) -> Artifacts:
+        classes, scores = payload.meta.get("classes"), payload.meta.get("scores")
+        nc = self.ctx.num_classes
+        if (not isinstance(classes, list) or not all(isinstance(c, int) and 0 <= c < nc for c in classes)
+                or len(set(classes)) != len(classes)):
+            raise ArtifactError(f"meta 'classes' must be distinct class ids in 0..{nc - 1}, got {classes!r}")
+        if (not isinstance(scores, list) or len(scores) != len(classes)
+                or not all(isinstance(s, (int, float)) and np.isfinite(s) and s >= 0 for s in scores)):
+            raise ArtifactError("meta 'scores' must be one finite score >= 0 per class")
+        part = payload.meta.get("part", "whole")
+        if part not in PARTS:
+            raise ArtifactError(f"meta 'part' must be one of {', '.join(PARTS)}, got {part!r}")
+        protos = units = values = requests = None
+        if part != "subnetworks":
+            protos = np.array(expect_array(payload, "prototypes", (len(classes), self.prototype_dim)),
+                              dtype=np.float32)
+            protos.setflags(write=False)   # shared by the message's receivers
+            requests = _parse_requests(payload.meta.get("requests", {}), nc)
+        if part != "prototypes":
+            units, values = decode_subnetworks(self.ctx.model, classes, payload)
+        return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
+                         values=values, units=units, requests=requests)
+
+    def check(self, payload: Payload) -> Artifacts:
+        return self._parse(payload)
+
+    @property
+    def peers(self) -> dict[int, Artifacts]:
+        """Per peer in the cache: its newest prototypes with its newest subnetworks, from
+        whichever parts hold them (a peer known only by its subnetworks is not in the view: it
+        cannot be clustered)."""
+        senders = sorted({k[0] if isinstance(k, tuple) else k for k in self.cache})
+        merged = {s: self._merged_peer(s) for s in senders}
+        return {s: art for s, art in merged.items() if art is not None}
+
+    def _merged_peer(self, sender: int) -> Artifacts | None:
+        newest: dict[str, tuple[tuple[int, float], Artifacts]] = {}
+        for key in (sender, (sender, "prototypes"), (sender, "subnetworks")):
+            item = self.cache.get(key)
+            if item is None:
+                continue
+            art: Artifacts = item.parsed
+            for part, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
+                old = newest.get(part)
+                if present and (old is None or (item.round, item.sent_at) > old[0]):
+                    newest[part] = ((item.round, item.sent_at), art)
+        if "prototypes" not in newest:
+            return None
+        art, sub = newest["prototypes"][1], newest.get("values")
+        return art.with_subnetworks(sub[1] if sub else None)
+
+    # -- the server's part, on the device (Alg. 2) -----------------------------------------
+    def _fusable(self, rows: np.ndarray) -> np.ndarray:
+        """Unit masks (members × rows) with the layers past ``shared_layers`` cleared (partial depth)."""
+        if self.options.depth == "full":
+            return rows
+        shared = sum(layer.out_features for layer in self.ctx.model.layers[:self.options.shared_layers])
+        kept = rows.copy()
+        kept[:, shared:] = False
+        return kept
+
+    def _fusion_view(self, now: float) -> _FusionView | None:
+        """After the TTL: the devices in view (this one and its peers), their prototypes held or
+        predicted (Alg. 3), and each class's clustering problem; None: no peer to fuse with."""
+        self.drop_stale(now, self.options.cache_max_age_s)
+        peers = self.peers
+        if self.own is None or not peers:
+            return None
+        me, o = self.ctx.device_id, self.options
+        view = {me: self.own, **peers}
+        held = {m: a.prototype_of for m, a in view.items()}
+        predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
+        # members with a real or a predicted prototype for c are clustered; only those with real
+        # data for c have a subnetwork to fuse
+        classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
+        members_of = {c: sorted(m for m in view if c in held[m] or c in predicted.get(m, {})) for c in classes}
+        first = view[me].classes
+        if classes and not predicted and all(a.classes == first for a in view.values()):
+            # every member holds every class, in one order: one stack, a slice per class (equal)
+            stacked = np.stack([view[m].prototypes for m in members_of[classes[0]]])
+            point_sets = [np.ascontiguousarray(stacked[:, first.index(c)]) for c in classes]
+        else:
+            point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
+                          for c in classes]
+        return _FusionView(view, held, classes, members_of, point_sets)
+
+    @cached_property
+    def _sweep_params(self) -> dict[str, Any]:
+        """The K sweep's parameters (``choose_k_by_dbi``), from the options fixed for a run."""
+        o = self.options
+        return dict(k_max=o.max_k, n_init=o.kmeans_n_init, min_cluster_size=o.min_cluster_size, k_rule=o.k_rule)
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        """Alg. 2 on the device, over its view (itself and every peer in its cache): each class's
+        K sweep sent to ``ctx.offload`` (computed with other devices' or ahead), then the fusion
+        job once they are back. Not ready before this device has artifacts of its own, or while
+        no peer's prototypes are in view."""
+        seen = self._fusion_view(now)
+        if seen is None:
+            return NOT_READY
+        answer = self.clusterings.cluster_many_later(seen.point_sets, self.ctx.offload, **self._sweep_params)
+        return Deferred(answer, lambda clusterings: self._fusion_from(seen, clusterings))
+
+    def _fusion_from(self, seen: _FusionView, clusterings: list[Clustering]) -> FusionJob | None:
+        """Alg. 2 on the device: each class's cluster, the requests to cluster-mates, and the
+        weighted sums of the mates' rows (``row_fusion``)."""
+        me, o = self.ctx.device_id, self.options
+        view, held, classes, members_of = seen.view, seen.held, seen.classes, seen.members_of
+        model = self.ctx.model
+        clusters: list[ClassCluster] = []
+        member_values: list[dict[str, torch.Tensor]] = []
+        position: dict[int, int] = {}   # device id -> index into member_values
+        requests: dict[int, list[int]] = {}
+        self.last_predicted = 0
+        for c, clustering in zip(classes, clusterings, strict=True):
+            members = members_of[c]
+            self.last_k[c] = clustering.k
+            my_label = clustering.labels[members.index(me)]
+            cluster = [m for m, lab in zip(members, clustering.labels) if lab == my_label]
+            self._count_clustering(clustering.k, clustering.literal_k, len(cluster))
+            for m in cluster:
+                if m != me and c in held[m]:
+                    requests.setdefault(m, []).append(c)
+            # A peer known only by its prototypes shapes the clusters but has no parameters to give.
+            mates = [m for m in cluster
+                     if c in held[m] and view[m].values is not None and c in view[m].units]
+            if c in held[me]:
+                self.counters["class_fusions"] += 1
+                self.counters["mate_fusions"] += any(m != me for m in mates)
+            if not mates:
+                continue
+            self.last_predicted += c not in held[me]
+            for m in mates:
+                if m not in position:
+                    position[m] = len(member_values)
+                    member_values.append(view[m].values)
+            clusters.append(ClassCluster(members=[position[m] for m in mates],
+                                         units=self._fusable(np.stack([view[m].unit_row[c] for m in mates])),
+                                         scores=[view[m].score_of[c] for m in mates]))
+        self.requests = requests
+        targets = {n: p.detach() for n, p in model.named_parameters()}
+        return row_fusion_job(targets, member_values, clusters, o.fusion, len(model.layers))
+
+    def _count_clustering(self, k: int, literal_k: int, cluster_size: int) -> None:
+        n = self.counters
+        n["clusterings"] += 1
+        n["k_sum"] += k
+        n["literal_k_sum"] += literal_k
+        n["cluster_size_sum"] += cluster_size
+
+
+def _key_order(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key, "")
+
+
+def _parse_requests(raw: Any, num_classes: int) -> dict[int, list[int]]:
+    """Two-phase requests in a prototype part: ``{"<peer id>": [class, ...]}``."""
+    if not isinstance(raw, dict):
+        raise ArtifactError("meta 'requests' must map peer ids to class lists")
+    out: dict[int, list[int]] = {}
+    for peer, classes in raw.items():
+        if not peer.isdigit() or not isinstance(classes, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 <= c < num_classes for c in classes):
+            raise ArtifactError(f"meta 'requests.{peer}' must be class ids in 0..{num_classes - 1} "
+                                f"under a peer id")
+        out[int(peer)] = classes
+    return out

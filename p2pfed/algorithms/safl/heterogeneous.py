@@ -1,0 +1,99 @@
+"""Fusing pruned sub-models of different structures (SAFL Sec. III-B5 and III-C).
+
+Every model here is dense (pruned elements are simply not *held*), with a boolean mask per
+parameter saying which elements the sender's sub-model holds (``slimming.element_masks``).
+Two fusions share one masked mean:
+
+* ``fuse_cluster`` (stage one, Fig. 3): count how many cluster members keep each unit (the
+  overlap counter), keep the most frequent units up to the round's pruning rate, and average
+  each kept element over the members that hold it — one cluster model with one structure.
+* ``preserve_personal`` (stage two, Hermes's personalization-preserving aggregation as SAFL
+  Alg. 2 uses it): average each element the device holds over itself and the peers that hold
+  it too; elements only the device holds stay its own, and its structure never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from p2pfed.learning.model import MLP
+from p2pfed.algorithms.safl.slimming import KeepMasks, element_masks, slim_masks
+
+
+@dataclass
+class SubModel:
+    """A pruned model in dense form: its keep masks and its parameter values (zero where pruned)."""
+
+    masks: KeepMasks
+    values: dict[str, torch.Tensor]
+
+
+def masked_mean(values: Sequence[dict[str, torch.Tensor]], holds: Sequence[dict[str, torch.Tensor]],
+                weights: Sequence[float], names: Sequence[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Per element, the weighted mean over the models that hold it (0 where none does), and the
+    total weight of those holders. Accumulated in float64 so peer order only affects rounding."""
+    mean, weight = {}, {}
+    for name in names:
+        acc = torch.zeros(values[0][name].shape, dtype=torch.float64)
+        wsum = torch.zeros_like(acc)
+        for v, h, w in zip(values, holds, weights):
+            hw = h[name].to(torch.float64) * float(w)
+            acc += v[name].to(torch.float64) * hw
+            wsum += hw
+        mean[name] = torch.where(wsum > 0, acc / wsum.clamp(min=1e-300), torch.zeros_like(acc)).float()
+        weight[name] = wsum
+    return mean, weight
+
+
+def overlap_counts(members: Sequence[SubModel]) -> list[np.ndarray]:
+    """Per hidden layer, how many members keep each unit (Fig. 3, step 1)."""
+    return [np.sum([m.masks[i] for m in members], axis=0) for i in range(len(members[0].masks))]
+
+
+def fuse_cluster(model: MLP, members: Sequence[SubModel], rate: float) -> SubModel:
+    """The cluster model of ``members`` (Fig. 3): units kept by most members survive up to
+    ``rate`` (ties go to the larger mean |gate| among the holders), each element is the plain
+    mean over the members holding it (Alg. 1 l.12: an unweighted mean within the cluster)."""
+    counts = overlap_counts(members)
+    gates = [np.mean([np.abs(m.values[f"gates.{i}"].numpy()) * m.masks[i] for m in members], axis=0)
+             for i in range(len(counts))]
+    # Overlap first, mean factor magnitude second: scaled into one priority per unit.
+    priority = [c + g / (1.0 + g.max(initial=0.0)) for c, g in zip(counts, gates)]
+    masks = slim_masks(gates, rate, priority=priority)
+    masks = [k & (c > 0) if (k & (c > 0)).any() else k for k, c in zip(masks, counts)]
+    names = list(members[0].values)
+    holds = [element_masks(model, m.masks) for m in members]
+    mean, _ = masked_mean([m.values for m in members], holds, [1.0] * len(members), names)
+    keep = element_masks(model, masks)
+    return SubModel(masks, {n: torch.where(keep[n], mean[n], torch.zeros_like(mean[n])) for n in names})
+
+
+@torch.no_grad()
+def preserve_personal(model: MLP, own_masks: KeepMasks, own_weight: float,
+                      peers: Sequence[tuple[SubModel, float]], names: Sequence[str]) -> float:
+    """Hermes-style aggregation into ``model`` over ``names``: every element the device's
+    sub-model holds becomes the weighted mean over the device and the peers that hold it; the
+    rest stays. Returns the fraction of the device's held elements that some peer also held."""
+    if not peers:
+        return 0.0
+    own_holds = element_masks(model, own_masks)
+    own_values = {n: p.detach() for n, p in model.named_parameters()}
+    holds = [own_holds] + [{n: h & own_holds[n] for n, h in element_masks(model, s.masks).items()}
+                           for s, _ in peers]
+    values = [own_values] + [s.values for s, _ in peers]
+    mean, weight = masked_mean(values, holds, [own_weight] + [w for _, w in peers], names)
+    shared = held = 0
+    params = dict(model.named_parameters())
+    for n in names:
+        mine = own_holds[n]
+        params[n].copy_(torch.where(mine & (weight[n] > 0), mean[n], params[n].detach()))
+        by_peer = torch.zeros_like(mine)
+        for h in holds[1:]:
+            by_peer |= h[n]
+        held += int(mine.sum())
+        shared += int(by_peer.sum())
+    return shared / held if held else 0.0

@@ -1,0 +1,251 @@
+"""``safl``: SAFL without a server — clustered, guided Network-Slimming pruning, then Hermes.
+
+Follows Nan Li, Xiaolu Wang, Xiao Du, Puyu Cai, Ting Wang, *Personalized Federated Learning
+via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden layer has a
+scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
+
+Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_0..r_{T-1}
+(``target_rate`` in steps of ``rate_step``, Sec. IV-C), each round on every device:
+  l.4-5  choose a cluster ĵ: the candidate cluster model with the lowest loss on the device's
+         own training data (IFCA, Sec. III-B1);
+  l.6    model recovery (Sec. III-B2): pruned units are trainable again, back with factor 0;
+  l.7    guided update (Sec. III-B3): train with CE + λ Σ_b ||Θ^BN_b||_1 + μ Σ_b ||Θ^BN_b - Θ^clusterBN_ĵ,b||_1;
+  l.8    NetSlim (Sec. III-B4): prune the units with the smallest |factor| to rate r_t;
+  l.9    fine-tune the pruned model for τ epochs;
+  l.10   send the pruned sub-model, tagged with ĵ.
+Stage two (Alg. 2, Hermes's personalization-preserving aggregation, Sec. III-C): the structure
+is fixed; each round the device trains its sub-model and averages every parameter it holds with
+the neighbours that hold it too; parameters only it holds stay its own.
+
+Serverless adaptations. The server's part runs on each device over its neighbourhood: the
+candidate cluster models are the heterogeneous fusions (Fig. 3, overlap frequency) of the
+sub-models its neighbours last sent, grouped by the cluster they chose — so a device's
+candidates are the clusters present around it, and its own model is not among them (no bias
+toward the cluster it is already in). In round 0 (nothing received yet) the candidates are K
+initial cluster models that every device derives alike from the shared initial weights, as a
+server's first broadcast of θ^cluster,0 would give them. The factors stay local in stage two
+(the paper's implementation keeps BN layers local, FedBN-style, Sec. IV-C); they travel only as
+the cluster's guidance in stage one. Stage two averages with every neighbour, as Hermes's server
+does with every client.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field, ValidationInfo, model_validator
+from torch.func import functional_call
+
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, MLPOptions, Payload,
+                                    Received, TrainingWork, require_mlp, run_facts)
+from p2pfed.algorithms.registry import register
+from p2pfed.algorithms.model_payload import sample_count
+from p2pfed.algorithms.state import array_from_state, array_state
+from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
+from p2pfed.algorithms.safl.heterogeneous import SubModel, fuse_cluster, preserve_personal
+from p2pfed.learning.model import build_model
+from p2pfed.algorithms.safl.slimming import (full_masks, gate_values, guided_sparsity_loss, kept_parameter_fraction,
+                                      pruned_fraction, pruned_units_frozen, slim_masks, zero_pruned_gates)
+from p2pfed.learning.training import train_epochs
+
+
+class SaflOptions(MLPOptions):
+    clusters: int = Field(2, ge=1, le=64, description="K, the number of cluster identities")
+    target_rate: float = Field(0.3, ge=0, lt=1, description="pruning rate at the end of stage one")
+    rate_step: float = Field(0.1, gt=0, le=1, description="increase of r_t per step")
+    rounds_per_rate: int = Field(1, ge=1, description="rounds spent at each rate of the schedule")
+    lam: float = Field(1e-4, ge=0, description="λ, weight of the L1 sparsity of the factors")
+    mu: float = Field(0.004, ge=0, description="μ, weight of the L1 pull toward the cluster's factors")
+    fine_tune_epochs: int = Field(1, ge=0, description="τ, epochs of fine-tuning after each pruning")
+
+    @model_validator(mode="after")
+    def _stage_one_fits(self, info: ValidationInfo) -> SaflOptions:
+        facts = run_facts(info)
+        schedule = rate_schedule(self.target_rate, self.rate_step)
+        needed = len(schedule) * self.rounds_per_rate
+        if facts is not None and needed > facts.rounds:
+            raise ValueError(f"algorithm.target_rate: stage one needs {needed} rounds (rates {schedule}, "
+                             f"{self.rounds_per_rate} round(s) each) but the run has {facts.rounds}; lower "
+                             f"target_rate or rounds_per_rate, raise rate_step or rounds")
+        return self
+
+
+def rate_schedule(target: float, step: float) -> list[float]:
+    """r_0..r_{T-1}: 0, step, 2 step, ... up to ``target`` (Sec. IV-C: 0.5 by 0.1 is
+    [0, 0.1, 0.2, 0.3, 0.4, 0.5])."""
+    steps = math.ceil(target / step - 1e-9)
+    return [round(min(k * step, target), 10) for k in range(steps + 1)]
+
+
+@register
+class Safl(Algorithm):
+    name = "safl"
+    message_kind = "safl/submodel"
+    Options = SaflOptions
+    options: SaflOptions
+
+    def __init__(self, ctx: DeviceContext, options: SaflOptions) -> None:
+        super().__init__(ctx, options)
+        model = self.model = require_mlp(ctx, self.name)   # ctx.model, as the MLP it must be
+        # The initial weights are the same on every device: they seed the K initial cluster models.
+        self._init_seed = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in model.layers.parameters()))
+        model.add_unit_gates()
+        self.schedule = rate_schedule(options.target_rate, options.rate_step)
+        self.stage_one_rounds = len(self.schedule) * options.rounds_per_rate
+        self.masks = full_masks(model)
+        self.cluster: int | None = None
+        self.switches = 0             # times the device changed cluster after its first choice
+        self.last_candidates = 0      # cluster models it chose among, last time
+        self.overlap_shared = 0.0     # stage two: share of its parameters some neighbour also held
+        self.last_round = -1          # the last round the device trained in
+        self._initial: dict[int, SubModel] | None = None
+
+    # -- schedule ----------------------------------------------------------------------------
+    def rate(self, round: int) -> float:
+        return self.schedule[min(round // self.options.rounds_per_rate, len(self.schedule) - 1)]
+
+    def stage_one(self, round: int) -> bool:
+        return round < self.stage_one_rounds
+
+    # -- stage one: cluster choice (Alg. 1 l.4-5) --------------------------------------------
+    def initial_clusters(self) -> dict[int, SubModel]:
+        """θ^cluster,0 for j in [K]: freshly initialised full models, alike on every device."""
+        if self._initial is None:
+            m = self.model
+            sizes = [layer.out_features for layer in m.layers[:-1]]
+            self._initial = {}
+            for j in range(self.options.clusters):
+                init = build_model(m.layers[0].in_features, m.num_classes, sizes,
+                                   seed=(self._init_seed + 7919 * (j + 1)) % 2**32, unit_gates=True)
+                self._initial[j] = SubModel(full_masks(init), {n: p.detach().clone() for n, p in init.named_parameters()})
+        return self._initial
+
+    def peer_submodels(self) -> list[tuple[int, SubModel, float]]:
+        """(cluster, sub-model, pruning rate) of every neighbour's newest share, in peer order."""
+        return [(int(self.cache[k].payload.meta["cluster"]), self.cache[k].parsed,
+                 float(self.cache[k].payload.meta["rate"])) for k in sorted(self.cache)]
+
+    def cluster_candidates(self) -> dict[int, SubModel]:
+        """Per cluster present among the neighbours, the fusion of its members' sub-models (Fig. 3)
+        at their mean pruning rate."""
+        by_cluster: dict[int, list[tuple[SubModel, float]]] = {}
+        for cluster, sub, rate in self.peer_submodels():
+            by_cluster.setdefault(cluster, []).append((sub, rate))
+        return {j: fuse_cluster(self.model, [s for s, _ in members], float(np.mean([r for _, r in members])))
+                for j, members in sorted(by_cluster.items())}
+
+    @torch.no_grad()
+    def own_loss(self, sub: SubModel) -> float:
+        """ℓ_i: mean cross-entropy of a cluster model on this device's training data."""
+        model = self.model
+        model.eval()
+        logits = functional_call(model, sub.values, (self.ctx.x_train,))
+        return float(F.cross_entropy(logits, self.ctx.y_train))
+
+    def choose_cluster(self) -> SubModel | None:
+        """IFCA: the candidate with the lowest loss on own data becomes ĵ; returns its model
+        (None: no candidate, the device keeps its cluster and trains unguided)."""
+        candidates = self.cluster_candidates()
+        if not candidates and self.cluster is None:
+            candidates = self.initial_clusters()
+        self.last_candidates = len(candidates)
+        if not candidates or self.ctx.num_samples == 0:
+            return None
+        choice = min(candidates, key=lambda j: (self.own_loss(candidates[j]), j))
+        if self.cluster is not None and choice != self.cluster:
+            self.switches += 1
+        self.cluster = choice
+        return candidates[choice]
+
+    # -- Algorithm ---------------------------------------------------------------------------
+    def train(self, round: int) -> TrainingWork:
+        """SAFL trains here (its gradient masks and pruning between steps are its own)."""
+        ctx, o = self.ctx, self.options
+        model = self.model
+        self.last_round = round
+        if not self.stage_one(round):            # Alg. 2 l.4: local training of the fixed sub-model
+            with pruned_units_frozen(model, self.masks):
+                train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator)
+            return None
+        guide = self.choose_cluster()
+        guide_gates = None if guide is None else [guide.values[f"gates.{i}"] for i in range(len(self.masks))]
+        # ModelRecover + GuidedUpdate: every unit trains, pruned ones starting from factor 0.
+        train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
+                     extra_loss=guided_sparsity_loss(o.lam, o.mu, guide_gates))
+        # NetSlim to r_t, then FineTune for τ epochs on the pruned model.
+        self.masks = slim_masks(gate_values(model), self.rate(round))
+        zero_pruned_gates(model, self.masks)
+        if o.fine_tune_epochs:
+            with pruned_units_frozen(model, self.masks):
+                train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
+                             epochs=o.fine_tune_epochs)
+        return None
+
+    def share(self, round: int) -> Payload | None:
+        return encode_submodel(self.model, self.masks, num_samples=self.ctx.num_samples,
+                               cluster=0 if self.cluster is None else self.cluster,
+                               rate=pruned_fraction(self.masks), stage=1 if self.stage_one(round) else 2)
+
+    def parse(self, payload: Payload) -> SubModel:
+        """A neighbour's share, checked (meta and shapes) and decoded."""
+        sample_count(payload)
+        k = self.options.clusters
+        cluster, rate, stage = (payload.meta.get(f) for f in ("cluster", "rate", "stage"))
+        if not isinstance(cluster, int) or isinstance(cluster, bool) or not 0 <= cluster < k:
+            raise ArtifactError(f"meta 'cluster' must be an int in 0..{k - 1}, got {cluster!r}")
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+            raise ArtifactError(f"meta 'rate' must be a number in [0, 1), got {rate!r}")
+        if stage not in (1, 2) or isinstance(stage, bool):
+            raise ArtifactError(f"meta 'stage' must be 1 or 2, got {stage!r}")
+        return decode_submodel(self.model, payload)
+
+    def check(self, payload: Payload) -> SubModel:
+        return self.parse(payload)
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        """Stage one: nothing to average (the cluster models are formed when the device trains,
+        from its cache). Stage two: Hermes aggregation with what arrived since the last fusion,
+        done here (each parameter averaged over the members holding it)."""
+        if self.stage_one(round):
+            return None
+        model = self.model
+        names = [n for n, _ in model.named_parameters() if not n.startswith("gates.")]
+        peers = [(r.parsed, float(sample_count(r.payload))) for r in fresh]
+        self.overlap_shared = preserve_personal(model, self.masks, float(self.ctx.num_samples), peers, names)
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        """Model size kept (parameters of the sub-model / full model), pruning rate reached (hidden
+        units pruned), the share of devices in each cluster, cluster switches, candidates at the
+        last choice, whether stage two runs, and (stage two) the share of the device's parameters
+        that a neighbour also held at the last aggregation."""
+        k = self.options.clusters
+        return {"model_size_kept": kept_parameter_fraction(self.model, self.masks),
+                "pruning_rate": pruned_fraction(self.masks),
+                "target_rate": self.options.target_rate,
+                "cluster_share": {str(j): float(self.cluster == j) for j in range(k)},
+                "cluster_switches": self.switches,
+                "cluster_candidates": self.last_candidates,
+                "stage_two": float(self.last_round >= self.stage_one_rounds),
+                "overlap_shared": self.overlap_shared}
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "masks": [array_state(m) for m in self.masks],
+                "cluster": -1 if self.cluster is None else self.cluster, "switches": self.switches,
+                "last_candidates": self.last_candidates, "overlap_shared": self.overlap_shared,
+                "last_round": self.last_round}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.masks = [array_from_state(m) for m in state["masks"]]
+        self.cluster = None if state["cluster"] < 0 else int(state["cluster"])
+        self.switches = int(state["switches"])
+        self.last_candidates = int(state["last_candidates"])
+        self.overlap_shared = float(state["overlap_shared"])
+        self.last_round = int(state["last_round"])

@@ -1,0 +1,188 @@
+"""The grid of a sweep: points (method × swept values × seed) and the cells that run them.
+
+A cell is one run, keyed by the SHA-256 of its fully resolved scenario (every default filled in,
+as ``summary.json`` records it under ``config``) and of the contents of the files it names. The
+same cell gets the same key on any machine and with any number of workers, which is what makes
+``--resume`` safe; two points that resolve to the same scenario (e.g. a method that ignores a
+swept ``algorithm.*`` option) share one cell and run once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from p2pfed.algorithms import algorithm_class
+from p2pfed.scenario.loader import (FILE_FIELDS, LoadedScenario, ScenarioError, apply_override, dump,
+                                   load_scenario, user_code, validate)
+from p2pfed.sweeps.spec import Sweep, SweepError
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything a worker needs to rebuild and run one cell: plain data, no objects."""
+
+    id: str                      # SHA-256 of the resolved scenario and the files it names
+    method: str
+    seed: int | None             # None: the scenario's own seed
+    scenario: str | None         # absolute path of the base scenario; None: the embedded quickstart
+    overrides: tuple[str, ...]   # ``key=value`` items as for ``--set``: the sweep's ``set``, then the point
+
+    @property
+    def folder(self) -> str:
+        """The cell's results folder name under ``OUT/cells/``."""
+        return f"{self.method}-{self.id[:12]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "overrides": list(self.overrides)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellSpec:
+        return cls(**{**data, "overrides": tuple(data["overrides"])})
+
+
+@dataclass(frozen=True)
+class Point:
+    """One entry of the grid; several points may share a cell."""
+
+    method: str
+    seed: int
+    values: tuple[tuple[str, Any], ...]   # (swept key, value) in the sweep file's order
+    cell: CellSpec
+
+
+def override(key: str, value: Any) -> str:
+    """A ``key=value`` override whose value reads back (as YAML) exactly as the sweep file gave it."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf)
+    return f"{key}={text.removesuffix(chr(10)).removesuffix(chr(10) + '...')}"
+
+
+def knows(method: str, key: str) -> bool:
+    """Whether an ``algorithm.*`` key is an option of ``method`` (other keys apply to every method)."""
+    if not key.startswith("algorithm."):
+        return True
+    return key.split(".")[1] in algorithm_class(method).Options.model_fields
+
+
+def resolve(scenario: str | Path | None, method: str, seed: int | None,
+            overrides: list[str] | tuple[str, ...]) -> LoadedScenario:
+    """The scenario one cell runs: the base with the overrides, run with ``method``.
+
+    ``algorithm.*`` overrides apply after switching to ``method``, and only those it knows, in the
+    way ``LoadedScenario.with_algorithm`` keeps only the options a method knows.
+    """
+    keys = [item.partition("=")[0] for item in overrides]
+    plain = [item for item, key in zip(overrides, keys) if not key.startswith("algorithm.")]
+    options = [item for item, key in zip(overrides, keys) if key.startswith("algorithm.") and knows(method, key)]
+    loaded = load_scenario(scenario, plain, seed).with_algorithm(method)
+    if not options:
+        return loaded
+    raw = loaded.scenario.model_dump()
+    for item in options:
+        apply_override(raw, item, loaded.source)
+    return LoadedScenario(validate(raw, loaded.source, loaded.base_dir), loaded.source, loaded.base_dir)
+
+
+def cell_id(loaded: LoadedScenario) -> str:
+    """SHA-256 of the fully resolved scenario, of the contents of the files it names and of the
+    user's own code it runs (a method or model named ``module:Name``): editing any of them makes
+    a new cell."""
+    resolved = dump(loaded)
+    files = {}
+    for section, key in FILE_FIELDS:
+        path = loaded.resolve(resolved[section][key])
+        if path is not None:
+            stat = path.stat()
+            files[f"{section}.{key}"] = _file_digest(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    for name, code in user_code(loaded).items():
+        files[f"code:{name}"] = code["sha256"]
+    text = json.dumps({"scenario": resolved, "files": files}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def make_cell(scenario: Path | None, method: str, seed: int | None, overrides: list[str]) -> CellSpec:
+    loaded = resolve(scenario, method, seed, overrides)
+    return CellSpec(cell_id(loaded), method, seed, None if scenario is None else str(scenario),
+                    tuple(overrides))
+
+
+def expand(sweep: Sweep) -> list[Point]:
+    """Every point of the grid with its cell, or a SweepError listing every problem found.
+
+    The base scenario is checked first (its problems name the scenario file), then each ``set``
+    key alone, then each swept value on top of ``set``, then every point; so a bad value is
+    reported once, against the sweep field that holds it.
+    """
+    spec, src = sweep.spec, sweep.source
+    base = load_scenario(sweep.scenario)
+    methods = spec.methods or [base.scenario.algorithm.name]
+    seeds = spec.seeds or [None]
+    problems = []
+    for section, mapping in (("set", spec.overrides), ("grid", spec.grid)):
+        for key in mapping:
+            if not any(knows(m, key) for m in methods):
+                problems.append(f"{src}: {section}.{key}: no method of this sweep ({', '.join(methods)}) "
+                                f"has the option {key.split('.')[1]!r}")
+    if problems:
+        raise SweepError(problems)
+
+    def check(label: str, key: str, overrides: list[str]) -> None:
+        for method in [m for m in methods if knows(m, key)][:1]:
+            try:
+                resolve(sweep.scenario, method, None, overrides)
+            except ScenarioError as exc:
+                problems.extend(f"{src}: {label}: {_strip(line, base.source, key)}" for line in exc.problems)
+
+    fixed, good = [override(k, v) for k, v in spec.overrides.items()], []
+    for key, item in zip(spec.overrides, fixed):
+        before = len(problems)
+        check(f"set.{key}", key, [item])
+        if len(problems) == before:
+            good.append(item)
+    for key, values in spec.grid.items():
+        for i, value in enumerate(values):
+            check(f"grid.{key}[{i}]", key, [*good, override(key, value)])
+    if problems:
+        raise SweepError(problems)
+
+    points, cells = [], {}
+    for method in methods:
+        for combo in itertools.product(*spec.grid.values()):
+            values = tuple(zip(spec.grid, combo))
+            overrides = [*fixed, *(override(k, v) for k, v in values)]
+            for seed in seeds:
+                try:
+                    cell = make_cell(sweep.scenario, method, seed, overrides)
+                except ScenarioError as exc:
+                    where = ", ".join([method, *(f"{k}={v}" for k, v in values)])
+                    problems.extend(f"{src}: grid: {where}: {_strip(line, base.source, '')}"
+                                    for line in exc.problems)
+                    continue
+                cell = cells.setdefault(cell.id, cell)
+                points.append(Point(method, base.scenario.seed if seed is None else seed, values, cell))
+    if problems:
+        raise SweepError(list(dict.fromkeys(problems)))
+    return points
+
+
+def _strip(line: str, source: str, key: str) -> str:
+    """A scenario problem line without the scenario's file name, or the key the label already names."""
+    line = line.removeprefix(f"{source}: ")
+    return line.removeprefix(f"{key}: ") if key else line

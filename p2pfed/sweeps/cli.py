@@ -1,0 +1,59 @@
+"""``p2pfed sweep`` and ``p2pfed report``: the subcommands, added to the main parser by ``add_commands``.
+
+Heavy imports (Dask, torch, matplotlib) happen inside the commands, so other subcommands do not
+pay for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run methods × swept values × seeds, on local cores or a Dask cluster")
+    p.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (see scenarios/REFERENCE.md)")
+    p.add_argument("--out", help="results folder (default runs/<sweep name>)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on an existing Dask scheduler instead, e.g. tcp://head:8786")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the finished cells in --out and run only the missing ones (failed ones again)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE",
+                   help="fix a scenario field for every cell (repeatable), as in run, e.g. --set rounds=5")
+    p.add_argument("--seeds", type=_seed_list, metavar="S1,S2,...",
+                   help="run these seeds instead of the file's, e.g. --seeds 0,1")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="rebuild a sweep's sweep.csv, summary.csv and plots from its cells")
+    p.add_argument("out", metavar="DIR", help="the sweep's results folder")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from p2pfed.sweeps.run import run_sweep
+
+    return run_sweep(Path(args.sweep_file), Path(args.out) if args.out else None, workers=args.workers,
+                     scheduler=args.scheduler, resume=args.resume, progress=not args.quiet,
+                     overrides=args.overrides, seeds=args.seeds)
+
+
+def _seed_list(text: str) -> list[int]:
+    """``--seeds 0,1,2``: distinct integers >= 0."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct integers >= 0, got {text!r}")
+    return seeds
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from p2pfed.sweeps.report import FILES, build_report
+
+    print(build_report(Path(args.out)))
+    print(f"results in {args.out}/ ({FILES})", file=sys.stderr)
+    return 0

@@ -1,0 +1,63 @@
+"""``p2pfed report DIR``: sweep.csv, summary.csv, paired.csv and the plots, rebuilt from the cell folders.
+
+The sweep command ends by calling the same function, so a report made later (after a
+``--resume``, or on another machine from a copied folder) is the same as the one made at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from p2pfed.results.compare import format_table
+from p2pfed.results.files import write_csv
+from p2pfed.results.provenance import describe
+from p2pfed.sweeps import store
+from p2pfed.sweeps.aggregate import (collect, curves, summary_columns, summary_rows, sweep_columns,
+                                    sweep_rows)
+from p2pfed.sweeps.paired import COLUMNS as PAIRED_COLUMNS
+from p2pfed.sweeps.paired import paired_rows
+from p2pfed.sweeps.plots import plot_curves, plot_sweep
+from p2pfed.sweeps.spec import SweepError
+
+FILES = "sweep.csv, summary.csv, paired.csv, sweep.png, f1_curves.png"
+
+
+def build_report(out: Path) -> str:
+    """Write the sweep's tables and plots into ``out``; return the summary as a printable table."""
+    if not store.has_manifest(out):
+        raise SweepError([f"{out}: not a sweep folder (no {store.MANIFEST}; `p2pfed sweep` writes one)"])
+    name, keys, points = store.read_manifest(out)
+    results = collect(out, points)
+    write_csv(out / "sweep.csv", sweep_columns(keys), sweep_rows(results))
+    rows = summary_rows(results, keys)
+    write_csv(out / "summary.csv", summary_columns(keys), rows)
+    write_csv(out / "paired.csv", PAIRED_COLUMNS, paired_rows(results))
+    plot_sweep(rows, keys, out / "sweep.png", title=name)
+    x, panels = curves(results)
+    plot_curves(x, panels, out / "f1_curves.png", title=f"{name}: F1 over {'rounds' if x == 'round' else 'time'}")
+    table = format_table([_printed(r, keys) for r in rows],
+                         ["method", *keys, "n", "failed", "f1", "f1 95% CI", "bytes/dev/round"])
+    return table + code_note(results)
+
+
+def code_note(results: list) -> str:
+    """A warning line when the finished cells came from more than one version of the code (a
+    resumed sweep after a change): their differences then mix code and configuration."""
+    versions: dict[str, int] = {}
+    for r in results:
+        if r.summary is not None:
+            label = describe(r.summary.get("code"))
+            versions[label] = versions.get(label, 0) + 1
+    if len(versions) <= 1:
+        return ""
+    listed = "; ".join(f"{label}: {n} cells" for label, n in sorted(versions.items()))
+    return f"\nwarning: the cells ran with {len(versions)} versions of the code ({listed})"
+
+
+def _printed(row: dict, keys: list[str]) -> dict:
+    ci = "" if row["f1_ci_low"] == "" else f"[{row['f1_ci_low']:.4f}, {row['f1_ci_high']:.4f}]"
+    mean = row["f1_mean"]
+    size = row["bytes_per_device_per_round_mean"]
+    return {"method": row["method"], **{k: row[k] for k in keys}, "n": row["n"], "failed": row["failed"],
+            "f1": mean if mean == "" else float(mean), "f1 95% CI": ci,
+            "bytes/dev/round": size if size == "" else f"{size:.0f}"}

@@ -1,0 +1,14 @@
+"""Testing a method — the shipped ones and a user's alike.
+
+``check_algorithm(MyMethod)`` runs the contract every method must keep (state round-trip, the
+runtime's batched work equal to one device at a time, malformed payloads refused, same seed same
+numbers, a resume equal to an uninterrupted run); ``Federation`` runs a few devices of a method
+through the real device loop and intake in memory.
+"""
+
+from p2pfed.testing.checks import ContractError, algorithm_checks, check_algorithm, parametrize_with_checks
+from p2pfed.testing.federation import (Federation, fuse_once, make_algorithms, model_parameters, train_once,
+                                       whole_share)
+
+__all__ = ["ContractError", "Federation", "algorithm_checks", "check_algorithm", "fuse_once", "make_algorithms",
+           "model_parameters", "parametrize_with_checks", "train_once", "whole_share"]

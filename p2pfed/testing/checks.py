@@ -1,0 +1,282 @@
+"""The contract every method keeps, as checks a user can run on their own class.
+
+In the spirit of scikit-learn's ``parametrize_with_checks``: one suite, run over every shipped
+method in p2pfed's tests and over a user's method in theirs::
+
+    from p2pfed.testing import check_algorithm
+    check_algorithm(MyMethod, {"momentum": 0.9})        # raises ContractError listing what broke
+
+or, one pytest case per check::
+
+    from p2pfed.testing import parametrize_with_checks
+
+    @parametrize_with_checks([MyMethod])
+    def test_my_method(check):
+        check()
+
+Each check runs a few rounds of a small federation on planted synthetic data through the real
+device loop and intake (``Federation``):
+
+- ``state_round_trip``: ``load_state_dict(state_dict())`` on a fresh device gives back the same state;
+- ``resume_equals_uninterrupted``: three rounds, a checkpoint into fresh devices, three more rounds
+  equal six rounds straight — models, evaluations and ``stats()`` — which fails when a method keeps
+  state its ``state_dict`` leaves out;
+- ``batched_equals_one_at_a_time``: the runtime's batched training, fusion and evaluation equal
+  each device's work run alone, to float rounding;
+- ``same_seed_same_numbers``: two runs from the same seed give identical numbers;
+- ``malformed_payloads_refused``: a peer's share with a tensor missing, reshaped or retyped, or a
+  meta field missing or of another type, is refused by ``check`` with ``ArtifactError`` — or, if
+  accepted, fused and trained on without error;
+- ``parts_declared``: the parts ``share`` names are in the class's ``parts``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received, RunFacts
+from p2pfed.data import FederatedDataset, make_synthetic
+from p2pfed.device import merge_parts
+from p2pfed.learning.training import TrainingConfig
+from p2pfed.testing.federation import Federation, fuse_once, make_algorithms, train_once
+
+ROUNDS = 6            # the run a device is told it is in
+HIDDEN = (16, 16)
+TOLERANCE = 1e-4      # batched against one at a time, after a few rounds
+
+
+class ContractError(AssertionError):
+    """A method broke its contract; the message names each check that failed and why."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the checks build devices from."""
+
+    method: type[Algorithm]
+    options: dict[str, Any]
+    dataset: FederatedDataset
+    model: torch.nn.Module | None
+    seed: int = 0
+
+    def algorithms(self) -> list[Algorithm]:
+        facts = RunFacts(method=self.method.name, rounds=ROUNDS,
+                         model_name="mlp" if self.model is None else type(self.model).__name__,
+                         mlp_layers=len(HIDDEN) + 1 if self.model is None else None)
+        self.method.Options.model_validate(self.options, context={"run": facts})
+        return make_algorithms(self.method, self.dataset, self.options, seed=self.seed, rounds=ROUNDS,
+                               hidden=HIDDEN, model=self.model, training=TrainingConfig(lr=0.1, batch_size=8))
+
+    def federation(self, *, batched: bool = False) -> Federation:
+        return Federation(self.algorithms(), batched=batched)
+
+
+def default_dataset() -> FederatedDataset:
+    """Four devices, three classes with two planted groups each, six features: small and fast."""
+    return make_synthetic(num_devices=4, num_classes=3, num_features=6, groups_per_class=2,
+                          samples_per_class=12, seed=0)
+
+
+# -- the checks ----------------------------------------------------------------------------------
+def check_state_round_trip(setup: Setup) -> None:
+    federation = setup.federation().run(2)
+    for i, algo in enumerate(federation.algorithms):
+        state = algo.state_dict()
+        fresh = setup.algorithms()[i]
+        fresh.load_state_dict(copy.deepcopy(state))
+        _assert_same(state, fresh.state_dict(), f"device {i}: state_dict after load_state_dict")
+
+
+def check_resume_equals_uninterrupted(setup: Setup) -> None:
+    straight = setup.federation().run(3)
+    saved = copy.deepcopy(straight.state_dict())
+    straight.run(3, evaluate=True)
+    resumed = setup.federation()
+    resumed.load_state_dict(saved)
+    resumed.run(3, evaluate=True)
+    for i, (a, b) in enumerate(zip(straight.algorithms, resumed.algorithms, strict=True)):
+        _assert_same(_parameters(a), _parameters(b),
+                     f"device {i}: the model after a resume (is every attribute the method keeps between "
+                     "rounds in its state_dict?)")
+        _assert_same(a.stats(), b.stats(), f"device {i}: stats() after a resume")
+    _assert_same(straight.evaluations(), resumed.evaluations(), "the evaluations after a resume")
+
+
+def check_batched_equals_one_at_a_time(setup: Setup) -> None:
+    alone = setup.federation(batched=False).run(4, evaluate=True)
+    together = setup.federation(batched=True).run(4, evaluate=True)
+    for i, (a, b) in enumerate(zip(alone.algorithms, together.algorithms, strict=True)):
+        for name, value in _parameters(a).items():
+            other = _parameters(b)[name]
+            if not torch.allclose(value.double(), other.double(), atol=TOLERANCE, rtol=TOLERANCE):
+                gap = float((value.double() - other.double()).abs().max())
+                raise ContractError(f"device {i}: parameter {name} batched differs from one device at a "
+                                    f"time by {gap:.3g} (more than float rounding)")
+    np.testing.assert_allclose(alone.evaluations(), together.evaluations(), atol=1e-3,
+                               err_msg="evaluations batched against one device at a time")
+
+
+def check_same_seed_same_numbers(setup: Setup) -> None:
+    first = setup.federation().run(3, evaluate=True)
+    second = setup.federation().run(3, evaluate=True)
+    for i, (a, b) in enumerate(zip(first.algorithms, second.algorithms, strict=True)):
+        _assert_same(_parameters(a), _parameters(b), f"device {i}: the model of two runs from one seed")
+    _assert_same(first.evaluations(), second.evaluations(), "the evaluations of two runs from one seed")
+
+
+def check_parts_declared(setup: Setup) -> None:
+    federation = setup.federation().run(2)
+    for algo in federation.algorithms:
+        shared = algo.share(federation.next_round)
+        for payload in _as_list(shared):
+            part = payload.meta.get("part", "whole")
+            if part not in setup.method.parts:
+                raise ContractError(f"share() names part {part!r}, not in {setup.method.__name__}.parts "
+                                    f"{setup.method.parts}")
+
+
+def check_malformed_payloads_refused(setup: Setup) -> None:
+    federation = setup.federation().run(2)
+    sender = federation.algorithms[1]
+    shared = merge_parts(_as_list(sender.share(federation.next_round)))
+    if not shared:
+        return   # a method that sends nothing receives nothing
+    for payload in shared:
+        for what, bad in _corruptions(payload):
+            receiver = setup.federation().run(2).algorithms[0]
+            before = dict(receiver.cache)
+            item = Received(sender=1, round=2, sent_at=2.0, received_at=2.0, payload=bad)
+            try:
+                receiver.receive(item)
+            except ArtifactError:
+                if receiver.cache != before:
+                    raise ContractError(f"a payload with {what} was refused but changed the cache") from None
+                continue
+            except Exception as exc:
+                raise ContractError(f"a payload with {what}: check raised {type(exc).__name__}: {exc} "
+                                    "(refuse it with ArtifactError)") from None
+            try:   # accepted: the device must be able to use it
+                fuse_once(receiver, 2, 2.0)
+                train_once(receiver, 2)
+                receiver.share(2)
+            except Exception as exc:
+                raise ContractError(f"a payload with {what} passed check but then {type(exc).__name__}: {exc} "
+                                    "(check must refuse what fuse cannot use)") from None
+
+
+CHECKS: dict[str, Callable[[Setup], None]] = {
+    "state_round_trip": check_state_round_trip,
+    "resume_equals_uninterrupted": check_resume_equals_uninterrupted,
+    "batched_equals_one_at_a_time": check_batched_equals_one_at_a_time,
+    "same_seed_same_numbers": check_same_seed_same_numbers,
+    "malformed_payloads_refused": check_malformed_payloads_refused,
+    "parts_declared": check_parts_declared,
+}
+
+
+# -- entry points ----------------------------------------------------------------------------------
+def algorithm_checks(method: type[Algorithm], options: dict[str, Any] | None = None, *,
+                     dataset: FederatedDataset | None = None, model: torch.nn.Module | None = None,
+                     ) -> Iterator[tuple[str, Callable[[], None]]]:
+    """(name, check) for every check of ``method`` (with ``options``), each runnable alone."""
+    setup = Setup(method, dict(options or {}), dataset or default_dataset(), model)
+    for name, check in CHECKS.items():
+        yield name, (lambda check=check: check(setup))
+
+
+def check_algorithm(method: type[Algorithm], options: dict[str, Any] | None = None, *,
+                    dataset: FederatedDataset | None = None, model: torch.nn.Module | None = None) -> None:
+    """Run every check; raise ``ContractError`` naming each one that failed."""
+    failures = []
+    for name, check in algorithm_checks(method, options, dataset=dataset, model=model):
+        try:
+            check()
+        except AssertionError as exc:
+            failures.append(f"{name}: {exc}")
+    if failures:
+        raise ContractError(f"{method.__name__} breaks its contract:\n" + "\n".join(failures))
+
+
+def parametrize_with_checks(methods: Sequence[type[Algorithm] | tuple[type[Algorithm], dict[str, Any]]]) -> Any:
+    """A ``pytest.mark.parametrize`` of one case per (method, check); the test calls ``check()``."""
+    import pytest
+
+    cases, ids = [], []
+    for entry in methods:
+        method, options = entry if isinstance(entry, tuple) else (entry, {})
+        for name, check in algorithm_checks(method, options):
+            cases.append(check)
+            ids.append(f"{getattr(method, 'name', method.__name__)}-{name}")
+    return pytest.mark.parametrize("check", cases, ids=ids)
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def _as_list(shared: Payload | Sequence[Payload] | None) -> list[Payload]:
+    return [] if shared is None else [shared] if isinstance(shared, Payload) else list(shared)
+
+
+def _parameters(algo: Algorithm) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in algo.evaluated_model().state_dict().items()}
+
+
+def _corruptions(payload: Payload) -> Iterator[tuple[str, Payload]]:
+    """The payload with one thing wrong, each way a peer might get it wrong."""
+    for name, array in payload.tensors.items():
+        yield f"tensor {name!r} missing", Payload(dict(payload.meta), {k: v for k, v in payload.tensors.items() if k != name})
+        grown = np.concatenate([array, array[:1]]) if array.ndim and array.shape[0] else np.zeros((1,), array.dtype)
+        yield f"tensor {name!r} reshaped", Payload(dict(payload.meta), {**payload.tensors, name: grown})
+        other = np.zeros(array.shape, dtype=np.int64 if array.dtype.kind == "f" else np.float32)
+        yield f"tensor {name!r} of dtype {other.dtype}", Payload(dict(payload.meta), {**payload.tensors, name: other})
+    for key, value in payload.meta.items():
+        if key in ("part", "to"):
+            continue
+        yield f"meta {key!r} missing", Payload({k: v for k, v in payload.meta.items() if k != key}, dict(payload.tensors))
+        wrong: Any = "x" if not isinstance(value, str) else -1
+        yield f"meta {key!r} = {wrong!r}", Payload({**payload.meta, key: wrong}, dict(payload.tensors))
+
+
+def _assert_same(a: Any, b: Any, what: str) -> None:
+    """Exactly equal, through dicts, lists, tensors, arrays and floats (NaN equal to NaN)."""
+    problem = _difference(a, b, "")
+    if problem is not None:
+        raise ContractError(f"{what}: differs at {problem}")
+
+
+def _difference(a: Any, b: Any, at: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{at or 'top'} (keys {sorted(map(str, set(a) ^ set(b)))})"
+        for key in a:
+            found = _difference(a[key], b[key], f"{at}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{at} (length {len(a)} vs {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _difference(x, y, f"{at}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        same = a.shape == b.shape and a.dtype == b.dtype and bool(
+            torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                                  and torch.equal(a.nan_to_num(), b.nan_to_num())))
+        return None if same else at
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return None if a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f") else at
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
+    return None if type(a) is type(b) and a == b else f"{at} ({a!r} vs {b!r})"
+
+
+__all__ = ["CHECKS", "ContractError", "algorithm_checks", "check_algorithm", "default_dataset",
+           "parametrize_with_checks"]

@@ -1,0 +1,107 @@
+"""Every shipped method keeps the contract a user's method is held to (``p2pfed.testing``), and the
+suite catches what it is there to catch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from p2pfed.algorithms import ALGORITHMS, Algorithm, FusionWork, Payload, Received, TrainingWork
+from p2pfed.algorithms.model_payload import averaging_job, checked_tensors, model_payload, parameter_shapes
+from p2pfed.testing import ContractError, check_algorithm, parametrize_with_checks
+
+# Options that let a six-round run reach each method's later phases.
+OPTIONS = {"fedhome": {"fine_tune_rounds": 2}, "fedclar": {"cluster_round": 1, "fine_tune_rounds": 1},
+           "safl": {"target_rate": 0.2}, "fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2},
+           "fedali": {"prototypes": 4}, "fedsub": {"kmeans_n_init": 1}}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@parametrize_with_checks([(ALGORITHMS[name], OPTIONS.get(name, {})) for name in sorted(ALGORITHMS)])
+def test_shipped_method_keeps_the_contract(check):
+    check()
+
+
+class ForgetfulMomentum(Algorithm):
+    """Gossip averaging whose fusion keeps a momentum of the averaged step — and forgets to put it
+    in ``state_dict``: a resumed run restarts it at zero."""
+
+    name = "test-forgetful-momentum"
+
+    def __init__(self, ctx, options) -> None:
+        super().__init__(ctx, options)
+        self.shapes = parameter_shapes(ctx.model)
+        self.velocity = {n: torch.zeros(s) for n, s in self.shapes.items()}
+
+    def share(self, round: int) -> Payload:
+        return model_payload(self.ctx.model, self.ctx.num_samples)
+
+    def check(self, payload: Payload) -> dict[str, np.ndarray]:
+        return checked_tensors(payload, self.shapes)
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        before = {n: p.detach().clone() for n, p in self.ctx.model.named_parameters()}
+        job = averaging_job(self.ctx.model, 1.0, [(r.parsed, 1.0) for r in fresh])
+
+        def momentum() -> None:
+            with torch.no_grad():
+                for n, p in self.ctx.model.named_parameters():
+                    self.velocity[n] = 0.9 * self.velocity[n] + (p - before[n])
+                    p.add_(0.5 * self.velocity[n])
+        job.then.append(momentum)
+        return job
+
+
+class RememberedMomentum(ForgetfulMomentum):
+    name = "test-remembered-momentum"
+
+    def state_dict(self):
+        return {**super().state_dict(), "velocity": {n: v.clone() for n, v in self.velocity.items()}}
+
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        self.velocity = {n: v.clone() for n, v in state["velocity"].items()}
+
+
+def test_the_suite_catches_state_a_method_forgot_to_save():
+    with pytest.raises(ContractError, match="resume_equals_uninterrupted"):
+        check_algorithm(ForgetfulMomentum)
+    check_algorithm(RememberedMomentum)
+
+
+class Trusting(Algorithm):
+    """Averages whatever arrives without checking it: a reshaped tensor crashes its fusion."""
+
+    name = "test-trusting"
+
+    def share(self, round: int) -> Payload:
+        return model_payload(self.ctx.model, self.ctx.num_samples)
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        return averaging_job(self.ctx.model, 1.0, [(r.payload.tensors, 1.0) for r in fresh])
+
+
+class Unseeded(Algorithm):
+    """Draws its shuffling from torch's global generator instead of the device's stream."""
+
+    name = "test-unseeded"
+
+    def train(self, round: int) -> TrainingWork:
+        ctx = self.ctx
+        order = torch.randperm(ctx.num_samples)
+        return self.training_job(x=ctx.x_train[order], y=ctx.y_train[order])
+
+
+def test_the_suite_catches_unchecked_payloads_and_unseeded_randomness():
+    with pytest.raises(ContractError, match="malformed_payloads_refused"):
+        check_algorithm(Trusting)
+    with pytest.raises(ContractError, match="same_seed_same_numbers"):
+        check_algorithm(Unseeded)
