@@ -25,7 +25,7 @@ import yaml
 from p2pfed.engine.runner import Simulated, simulate, write_results
 from p2pfed.results.callbacks import Callback
 from p2pfed.results.compare import comparison_row
-from p2pfed.results.files import DEVICE_COLUMNS, ROUND_COLUMNS, device_rows
+from p2pfed.results.files import DEVICE_COLUMNS, ROUND_COLUMNS, device_rows, folder_label
 from p2pfed.scenario.loader import LoadedScenario, load_mapping, load_scenario
 
 Scenario = str | Path | Mapping[str, Any] | None
@@ -106,7 +106,7 @@ def compare(scenario: Scenario = None, algorithms: Sequence[str | type] = ("feds
     rows = []
     for method in algorithms:
         name = _name_of(method)
-        where = None if out is None else Path(out) / name.replace(":", "-").replace("/", "-")
+        where = None if out is None else Path(out) / folder_label(name)
         rows.append(comparison_row(run(scenario, algorithm=method, out=where, **options).summary))
     return pd.DataFrame(rows)
 

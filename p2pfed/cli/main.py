@@ -92,11 +92,12 @@ def _callbacks(args: argparse.Namespace) -> list:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from p2pfed.engine.runner import run_scenario
+    from p2pfed.results.files import folder_label
     from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
 
     loaded = _load(args)
     sc = loaded.scenario
-    out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}"
+    out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{folder_label(sc.algorithm.name)}"
     _check_outputs(out)
     checkpointing = None
     if args.checkpoint_every or args.resume:
@@ -125,14 +126,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     loaded = _load(args)
     names = _algorithm_names(args.algorithms)
     runs = [loaded.with_algorithm(n) for n in names]
+    from p2pfed.results.files import folder_label, read_csv
+
     out = Path(args.out) if args.out else Path("runs") / f"{loaded.scenario.name}-compare"
-    _check_outputs(out, *(out / n for n in names))
+    _check_outputs(out, *(out / folder_label(n) for n in names))
     summaries, rounds = [], {}
     for name, run in zip(names, runs):
         print(f"[{name}] {_length(run.scenario)}", file=sys.stderr)
-        summaries.append(run_scenario(run, out / name, progress=not args.quiet))
-        from p2pfed.results.files import read_csv
-        rounds[name] = read_csv(out / name / "rounds.csv")
+        summaries.append(run_scenario(run, out / folder_label(name), progress=not args.quiet,
+                                      callbacks=_callbacks(args)))
+        rounds[name] = read_csv(out / folder_label(name) / "rounds.csv")
     print(write_comparison(out, summaries, rounds, title=loaded.scenario.name))
     print(f"results in {out}/ (comparison.csv, comparison.png, one folder per algorithm)")
     return 0
@@ -197,11 +200,12 @@ def cmd_peer(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from p2pfed.peer.launcher import launch
     from p2pfed.peer.runtime import insecure_warning
+    from p2pfed.results.files import folder_label
     from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
 
     loaded = _load(args)
     sc = loaded.scenario
-    out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{sc.algorithm.name}-peers"
+    out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{folder_label(sc.algorithm.name)}-peers"
     _check_outputs(out)
     if args.insecure:
         insecure_warning("every launched peer")
@@ -253,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedsub,gossip-avg,local")
     p.add_argument("--out", help="results folder (default runs/<scenario>-compare)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--log", action="append", metavar="KIND:DIR",
+                   help="log each evaluation live, e.g. tensorboard:runs/tb (repeatable)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("validate", help="check scenario files without running them")

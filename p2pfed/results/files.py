@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,12 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def folder_label(method: str) -> str:
+    """A method's name as a folder name: a shipped one as it is, a user's ``path/file.py:MyMethod``
+    as ``MyMethod`` (never a path that would leave the results folder)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", method.rpartition(":")[2]).strip(".-") or "method"
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:

@@ -93,21 +93,51 @@ def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: li
     if not isinstance(raw, dict):
         raise ScenarioError([f"{source}: a scenario must be a mapping of keys, got {type(raw).__name__}"])
     raw = copy.deepcopy(raw)
-    file_algorithm = _algorithm_name(raw)
+    file_algorithm, file_model = _algorithm_name(raw), _model_name(raw)
     set_options: set[str] = set()
+    set_model: set[str] = set()
+    set_keys: set[str] = set()
     for item in overrides or []:
         parts = apply_override(raw, item, source)
+        set_keys.add(".".join(parts))
         if len(parts) == 2 and parts[0] == "algorithm" and parts[1] != "name":
             set_options.add(parts[1])
+        if len(parts) == 2 and parts[0] == "model":
+            set_model.add(parts[1])
+    if _model_name(raw) != file_model and isinstance(raw.get("model"), dict):
+        # Another model than the file's: the file's settings of its model are left out, those
+        # given on the command line kept (as for another method's options).
+        raw["model"] = {k: v for k, v in raw["model"].items() if k == "name" or k in set_model}
     name = _algorithm_name(raw)
     if name != file_algorithm and isinstance(raw.get("algorithm"), dict):
         try:
             raw["algorithm"] = switch_algorithm(raw["algorithm"], str(name), keep=set_options, search=[base_dir])
+            if "forwarding.parts" not in set_keys:
+                _forward_what_it_sends(raw, algorithm_class(str(name), [base_dir]).parts)
         except ValueError:
             pass  # an unknown name: validate() reports it with the choices
     if seed is not None:
         raw["seed"] = seed
     return LoadedScenario(validate(raw, source, base_dir), source, base_dir)
+
+
+def _forward_what_it_sends(raw: dict[str, Any], parts: tuple[str, ...]) -> None:
+    """The file's ``forwarding.parts`` for a method swapped in: the parts it does not send are
+    left out (a whole-model method forwards nothing a FedSub scenario named), and forwarding is
+    off when none is left."""
+    forwarding = raw.get("forwarding")
+    if not isinstance(forwarding, dict) or not forwarding.get("enabled"):
+        return
+    named = forwarding.get("parts", ["prototypes"])
+    if not isinstance(named, list):
+        return   # validate() reports it
+    kept = [p for p in named if p in parts]
+    raw["forwarding"] = {**forwarding, "parts": kept} if kept else {**forwarding, "enabled": False}
+
+
+def _model_name(raw: dict[str, Any]) -> Any:
+    model = raw.get("model")
+    return model.get("name", "mlp") if isinstance(model, dict) else "mlp"
 
 
 def _algorithm_name(raw: dict[str, Any]) -> Any:

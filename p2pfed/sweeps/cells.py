@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from p2pfed.algorithms import algorithm_class
+from p2pfed.results.files import folder_label
 from p2pfed.scenario.loader import (FILE_FIELDS, LoadedScenario, ScenarioError, apply_override, dump,
                                    load_scenario, user_code, validate)
 from p2pfed.sweeps.spec import Sweep, SweepError
@@ -38,8 +39,9 @@ class CellSpec:
 
     @property
     def folder(self) -> str:
-        """The cell's results folder name under ``OUT/cells/``."""
-        return f"{self.method}-{self.id[:12]}"
+        """The cell's results folder name under ``OUT/cells/``: the method (a user's class by
+        its name alone, ``path/file.py:MyMethod`` as ``MyMethod``) and the key's start."""
+        return f"{folder_label(self.method)}-{self.id[:12]}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "overrides": list(self.overrides)}
@@ -82,7 +84,7 @@ def resolve(scenario: str | Path | None, method: str, seed: int | None,
     keys = [item.partition("=")[0] for item in overrides]
     plain = [item for item, key in zip(overrides, keys) if not key.startswith("algorithm.")]
     options = [item for item, key in zip(overrides, keys) if key.startswith("algorithm.") and knows(method, key)]
-    loaded = load_scenario(scenario, plain, seed).with_algorithm(method)
+    loaded = load_scenario(scenario, [*plain, f"algorithm.name={method}"], seed)
     if not options:
         return loaded
     raw = loaded.scenario.model_dump()
@@ -151,11 +153,16 @@ def expand(sweep: Sweep) -> list[Point]:
                 problems.extend(f"{src}: {label}: {_strip(line, base.source, key)}" for line in exc.problems)
 
     fixed, good = [override(k, v) for k, v in spec.overrides.items()], []
-    for key, item in zip(spec.overrides, fixed):
-        before = len(problems)
-        check(f"set.{key}", key, [item])
-        if len(problems) == before:
-            good.append(item)
+    try:   # together first: some keys only make sense with others (model.options with model.name)
+        for method in methods:
+            resolve(sweep.scenario, method, None, [i for i, k in zip(fixed, spec.overrides) if knows(method, k)])
+        good = fixed
+    except ScenarioError:
+        for key, item in zip(spec.overrides, fixed):   # then each alone, to name the one at fault
+            before = len(problems)
+            check(f"set.{key}", key, [item])
+            if len(problems) == before:
+                good.append(item)
     for key, values in spec.grid.items():
         for i, value in enumerate(values):
             check(f"grid.{key}[{i}]", key, [*good, override(key, value)])

@@ -1,0 +1,189 @@
+"""A method and a model of the user's own, from files outside the package: in the synchronous
+simulation, over contacts, as three real peers, in a sweep, reproducibly; what a method that needs
+the MLP says of another model; and where the user's code is recorded."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2pfed.cli.main import main
+from p2pfed.engine.runner import Checkpointing, run_scenario
+from p2pfed.scenario.loader import ScenarioError, launch_problems, load_scenario
+from p2pfed.testing import check_algorithm
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
+METHOD = "../examples/loss_weighted_gossip.py:LossWeightedGossip"   # relative to the scenario's folder
+MODEL = "../examples/dropout_mlp.py:make_model"
+TINY = ["dataset.synthetic.num_devices=3", "dataset.synthetic.samples_per_class=12", "rounds=3"]
+CONTACTS = ["contacts.kind=static", "contacts.duration_s=900", "asynchronous.train_period_s=300",
+            "asynchronous.train_jitter_s=30", "evaluation.every_s=300"]
+USER_MODEL = [f"model.name={MODEL}", "model.options={hidden: 16, dropout: 0.3}"]
+LEARNS = ["dataset.synthetic.samples_per_class=24", "training.epochs=3", "training.lr=0.2", "rounds=4"]
+
+
+def _sets(items: list[str]) -> list[str]:
+    return sum((["--set", s] for s in items), [])
+
+
+def _f1(folder: Path) -> list[str]:
+    return [r["f1_macro_mean"] for r in csv.DictReader((folder / "rounds.csv").open())]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_example_method_keeps_the_contract():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from loss_weighted_gossip import LossWeightedGossip
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    check_algorithm(LossWeightedGossip)
+
+
+def test_the_example_method_runs_synchronously_over_contacts_and_as_three_real_peers(tmp_path):
+    """Its mechanism fires (devices weigh their own model below 1 once peers arrive), and the
+    real peers give the simulation's numbers."""
+    sim = run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"]), tmp_path / "sim", progress=False)
+    assert 0 < sim["algorithm_stats"]["own_weight"] < 1
+    assert sim["code"]["user_code"][METHOD]["path"] == str(ROOT / "examples" / "loss_weighted_gossip.py")
+    contacts = run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}", *CONTACTS]),
+                            tmp_path / "contacts", progress=False)
+    assert contacts["comm"]["messages_sent"] > 0 and 0 < contacts["algorithm_stats"]["own_weight"] < 1
+    code = main(["launch", str(SCENARIO), "--algorithm", METHOD, "--out", str(tmp_path / "peers"),
+                 "--round-timeout", "20", *_sets(TINY)])
+    assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
+    real = json.loads((tmp_path / "peers" / "summary.json").read_text())
+    assert real["runtime"]["secure"] is True and real["algorithm"] == METHOD
+    assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
+    assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
+
+
+@pytest.mark.parametrize("method", ["gossip-avg", "ditto"])
+def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, method):
+    """An MLP with dropout: the batched simulation trains it one device at a time (dropout cannot
+    run under vmap) instead of crashing; two runs from one seed give the same numbers in each
+    runtime; and three real peers give exactly what the simulator gives one device at a time on
+    one thread, as each peer computes."""
+    base = [*TINY, *LEARNS, f"algorithm.name={method}", *USER_MODEL]
+    for label, extra in (("sync", []), ("contacts", CONTACTS)):
+        for i in (1, 2):
+            run_scenario(load_scenario(SCENARIO, [*base, *extra]), tmp_path / f"{label}{i}", progress=False)
+        assert _f1(tmp_path / f"{label}1") == _f1(tmp_path / f"{label}2"), label
+    f1 = [float(v) for v in _f1(tmp_path / "sync1")]
+    assert f1[-1] > f1[0] + 0.2, f1                  # it learns
+    run_scenario(load_scenario(SCENARIO, [*base, "seed=4"]), tmp_path / "seed4", progress=False)
+    assert _f1(tmp_path / "seed4") != _f1(tmp_path / "sync1")   # the dropout draws follow the seed
+    alone = [*base, "engine.batched_training=false", "engine.torch_threads=1"]
+    run_scenario(load_scenario(SCENARIO, alone), tmp_path / "alone", progress=False)
+    code = main(["launch", str(SCENARIO), "--out", str(tmp_path / "peers"), "--insecure", "--round-timeout", "20",
+                 *_sets(base)])
+    assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
+    assert _f1(tmp_path / "peers") == _f1(tmp_path / "alone")
+    assert _f1(tmp_path / "alone") == _f1(tmp_path / "sync1")   # batching changes nothing for it
+
+
+@pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])
+def test_a_method_that_needs_the_mlp_refuses_another_model_in_one_line(method, capsys):
+    code = main(["validate", str(SCENARIO), *_sets([f"algorithm.name={method}", *USER_MODEL])])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 2 and len(out) == 1, out
+    assert out[0] == (f"{SCENARIO}: model.name: {method} works on the units of the MLP's layers; use model.name: "
+                      f"mlp (got '{MODEL}')")
+
+
+def test_a_body_head_method_needs_a_declared_head(tmp_path):
+    (tmp_path / "plain.py").write_text(
+        "import torch\n"
+        "def make_model(input_size, num_classes, generator):\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(input_size, 8), torch.nn.ReLU(), torch.nn.Linear(8, num_classes))\n")
+    loaded = load_scenario(SCENARIO, [*TINY, "algorithm.name=fedper", f"model.name={tmp_path / 'plain.py'}:make_model"])
+    with pytest.raises(ValueError, match="declares no head: a body/head method needs a submodule named `head`"):
+        run_scenario(loaded, None, progress=False)
+    ok = load_scenario(SCENARIO, [*TINY, "algorithm.name=fedper", *USER_MODEL])
+    assert run_scenario(ok, None, progress=False)["algorithm_stats"]["fusions_changing_head"] == 0
+
+
+def test_bad_names_of_the_users_code_are_one_line_each(tmp_path, capsys):
+    (tmp_path / "broken.py").write_text("raise RuntimeError('half-written')\n")
+    cases = {f"algorithm.name={tmp_path}/missing.py:X": "file not found",
+             f"algorithm.name={tmp_path}/broken.py:X": "importing broken failed: RuntimeError: half-written",
+             f"algorithm.name={ROOT}/examples/dropout_mlp.py:make_model": "is not a subclass of p2pfed.algorithms.Algorithm",
+             "algorithm.name=no_such_module:X": "no module 'no_such_module'",
+             f"model.name={ROOT}/examples/dropout_mlp.py:nothing": "has no 'nothing'"}
+    for override, expected in cases.items():
+        assert main(["validate", str(SCENARIO), "--set", "algorithm.name=gossip-avg", "--set", override]) == 2
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1 and expected in out[0], (override, out)
+
+
+def test_validate_launch_finds_code_that_only_this_process_can_import():
+    """A class that lives only in this process (a notebook's, say) would fail in every peer."""
+    module = types.ModuleType("made_here")
+    module.Method = type("Method", (__import__("p2pfed.algorithms", fromlist=["Local"]).ALGORITHMS["local"],),
+                         {"name": "made-here"})
+    sys.modules["made_here"] = module
+    try:
+        loaded = load_scenario(SCENARIO, [*TINY, "algorithm.name=made_here:Method"])
+        problems = launch_problems(loaded)
+    finally:
+        del sys.modules["made_here"]
+    assert len(problems) == 1 and "algorithm.name: 'made_here:Method' does not load in a new process" in problems[0]
+    assert launch_problems(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"])) == []
+
+
+def test_a_checkpoint_of_edited_user_code_is_refused(tmp_path):
+    method_file = tmp_path / "my_gossip.py"
+    method_file.write_text((ROOT / "examples" / "loss_weighted_gossip.py").read_text())
+    name = f"{method_file}:LossWeightedGossip"
+    ckpt = Checkpointing(tmp_path / "run.ckpt", stop_after_round=1)
+    assert run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={name}"]), None, progress=False,
+                        checkpointing=ckpt) is None
+    method_file.write_text(method_file.read_text() + "\n# edited\n")
+    from p2pfed import plugins
+    plugins._loaded.pop(name)           # what a new process finds: the edited file
+    sys.modules.pop("my_gossip")
+    with pytest.raises(ValueError, match="run.ckpt: written for another scenario"):
+        run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={name}"]), None, progress=False,
+                     checkpointing=ckpt)
+
+
+def test_an_installed_package_registers_a_method_by_entry_point(tmp_path, monkeypatch):
+    dist = tmp_path / "my_methods-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-methods\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[p2pfed.algorithms]\nweighted = loss_weighted_gossip:LossWeightedGossip\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    summary = run_scenario(load_scenario(SCENARIO, [*TINY, "algorithm.name=weighted"]), None, progress=False)
+    assert summary["algorithm"] == "weighted" and 0 < summary["algorithm_stats"]["own_weight"] < 1
+
+
+def test_a_sweep_runs_the_users_method_and_model_shortened_from_the_command_line(tmp_path):
+    sweep = tmp_path / "mine.yaml"
+    sweep.write_text(f"scenario: {SCENARIO}\nmethods: [gossip-avg, {ROOT}/examples/loss_weighted_gossip.py:LossWeightedGossip]\n"
+                     f"seeds: [0, 1, 2]\nset: {{model.name: '{ROOT}/examples/dropout_mlp.py:make_model', "
+                     "model.options: {hidden: 16}, dataset.synthetic.num_devices: 3, "
+                     "dataset.synthetic.samples_per_class: 12}\n")
+    code = main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--workers", "1", "--quiet",
+                 "--set", "rounds=2", "--seeds", "4"])
+    assert code == 0
+    cells = sorted(p for p in (tmp_path / "out" / "cells").iterdir() if not p.name.startswith("."))
+    assert len(cells) == 2
+    for cell in cells:
+        summary = json.loads((cell / "summary.json").read_text())
+        assert summary["rounds"] == 2 and summary["seed"] == 4
+        assert f"{ROOT}/examples/dropout_mlp.py:make_model" in summary["code"]["user_code"]
