@@ -1,6 +1,6 @@
 """Batched local training against one model at a time, side by side in one process.
 
-For each federation, every device's plain training job (``Algorithm.plain_training_job``, one epoch
+For each federation, every device's plain training job (``Algorithm.training_job()``, one epoch
 as configured) runs once per "round" in four ways, interleaved round by round so that a loaded
 machine slows them alike: one model at a time (``TrainingJob.run``), batched with autograd over
 ``torch.func.functional_call`` under ``torch.vmap`` (the library path), batched with autograd over
@@ -39,7 +39,7 @@ from p2pfed.scenario.threads import apply_torch_threads  # noqa: E402
 def jobs_of(scenario: Path | None, overrides: list[str]) -> list[TrainingJob]:
     loaded = load_scenario(scenario, overrides).with_algorithm("local")
     algos = build_algorithms(loaded, load_scenario_dataset(loaded))
-    return [a.plain_training_job() for a in algos]
+    return [a.training_job() for a in algos]
 
 
 def measure(jobs: list[TrainingJob], rounds: int) -> dict[str, tuple[float, float]]:

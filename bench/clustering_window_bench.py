@@ -34,21 +34,21 @@ def record_sweeps(until_s: float, skip: int, calls: int) -> list[tuple[list[np.n
     """The sweeps FedSub asks for after its first ``skip`` ones, from a real run."""
     recorded: list[tuple[list[np.ndarray], dict]] = []
     seen = [0]
-    original = clustering.ClusteringCache.cluster_many
+    original = clustering.ClusteringCache.cluster_many_later
 
-    def recording(self, point_sets, **params):   # a recording hook, for this bench only
+    def recording(self, point_sets, offload, **params):   # a recording hook, for this bench only
         seen[0] += 1
         if seen[0] > skip and len(recorded) < calls:
             recorded.append(([np.array(p) for p in point_sets], params))
-        return original(self, point_sets, **params)
+        return original(self, point_sets, offload, **params)
 
-    clustering.ClusteringCache.cluster_many = recording
+    clustering.ClusteringCache.cluster_many_later = recording
     try:
         with tempfile.TemporaryDirectory() as out:
             p2pfed_main(["run", str(ROOT / "scenarios/synthetic-rwp-1000.yaml"), "--quiet", "--out", out,
                          "--set", f"contacts.duration_s={until_s}", "--set", f"evaluation.every_s={until_s}"])
     finally:
-        clustering.ClusteringCache.cluster_many = original
+        clustering.ClusteringCache.cluster_many_later = original
     return recorded
 
 

@@ -45,7 +45,8 @@ def load(root: Path) -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = {}
     for summary in sorted(root.glob("*-s*/summary.json")):
         name, seed = summary.parent.name.rsplit("-s", 1)
-        devices = {int(r["device"]): float(r["f1_macro"]) for r in csv.DictReader((summary.parent / "devices.csv").open())}
+        devices = {int(r["device"]): float(r["f1_macro"])
+                   for r in csv.DictReader((summary.parent / "devices.csv").open())}
         runs.setdefault(name, {})[int(seed)] = {"summary": json.loads(summary.read_text()), "devices": devices}
     return runs
 

@@ -7,7 +7,7 @@ stays light.
 
 from typing import Any
 
-from p2pfed._version import __version__
+from p2pfed._version import __version__ as __version__
 __all__ = ["Run", "compare", "load", "run", "sweep"]
 
 

@@ -59,8 +59,9 @@ class Run:
         return figure
 
 
-def load(scenario: Scenario = None, *, algorithm: str | type | None = None, model: str | Callable[..., Any] | None = None,
-         rounds: int | None = None, seed: int | None = None, overrides: Overrides = ()) -> LoadedScenario:
+def load(scenario: Scenario = None, *, algorithm: str | type | None = None,
+         model: str | Callable[..., Any] | None = None, rounds: int | None = None, seed: int | None = None,
+         overrides: Overrides = ()) -> LoadedScenario:
     """The scenario, validated, with these changes — what ``run`` runs (a bad one raises
     ``ScenarioError`` with one line per problem)."""
     items = list(overrides.items()) if isinstance(overrides, Mapping) else []
@@ -77,9 +78,10 @@ def load(scenario: Scenario = None, *, algorithm: str | type | None = None, mode
     return load_scenario(scenario, texts, seed)
 
 
-def run(scenario: Scenario = None, *, algorithm: str | type | None = None, model: str | Callable[..., Any] | None = None,
-        rounds: int | None = None, seed: int | None = None, overrides: Overrides = (), out: str | Path | None = None,
-        progress: bool = False, callbacks: Sequence[Callback] = ()) -> Run:
+def run(scenario: Scenario = None, *, algorithm: str | type | None = None,
+        model: str | Callable[..., Any] | None = None, rounds: int | None = None, seed: int | None = None,
+        overrides: Overrides = (), out: str | Path | None = None, progress: bool = False,
+        callbacks: Sequence[Callback] = ()) -> Run:
     """Simulate ``scenario`` (a file, a mapping, or None for the embedded quickstart) with the
     given method, model, rounds, seed and ``overrides`` (``{"training.lr": 0.1}`` or
     ``["training.lr=0.1"]``, as ``--set``); write the results files to ``out`` if given.

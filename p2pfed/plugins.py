@@ -17,6 +17,7 @@ cells record it, so a result says which version of the user's code made it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -164,9 +165,17 @@ def _remember(name: str, module: Any) -> None:
     if not file:
         return
     path = Path(file).resolve()
-    _loaded[name] = LoadedCode(name, str(path), hashlib.sha256(path.read_bytes()).hexdigest())
+    stat = path.stat()
+    _loaded[name] = LoadedCode(name, str(path), _sha256(str(path), stat.st_mtime_ns, stat.st_size))
     where = path.parent if path.name == "__init__.py" else path
     _added.add(str(where.parents[len(module.__name__.split(".")) - 1]))
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    """A file's SHA-256, read again only when the file changed (a run resolves its method once
+    per device)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def check_importable(name: str, search: Sequence[Path], *, what: str) -> None:

@@ -1,6 +1,5 @@
 """The serverless baselines: whole runs on planted synthetic data, and each method's own rule."""
 
-import copy
 
 import numpy as np
 import pytest

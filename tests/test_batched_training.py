@@ -56,7 +56,8 @@ def _assert_same(loop: list[TrainingJob], batched: list[TrainingJob], loop_losse
         assert torch.equal(a.generator.get_state(), b.generator.get_state())
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"e{c.epochs}-b{c.batch_size}-m{c.momentum}-wd{c.weight_decay}")
+@pytest.mark.parametrize("config", CONFIGS,
+                         ids=lambda c: f"e{c.epochs}-b{c.batch_size}-m{c.momentum}-wd{c.weight_decay}")
 def test_batched_training_equals_one_model_at_a_time(config):
     loop, batched = _jobs(config), _jobs(config)
     loop_losses = [job.run() for job in loop]
@@ -86,7 +87,8 @@ def test_the_mlp_paths_train_like_the_library_path(config, way):
 
 def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_parameters_too():
     config = CONFIGS[2]
-    mixed = lambda: _jobs(config, SIZES[:4], hidden=(16, 24)) + _jobs(config, SIZES[4:], hidden=(8,), gates=True)
+    def mixed():
+        return _jobs(config, SIZES[:4], hidden=(16, 24)) + _jobs(config, SIZES[4:], hidden=(8,), gates=True)
     loop, batched = mixed(), mixed()
     groups = []
     real = batched_training.train_group

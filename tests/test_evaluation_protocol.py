@@ -32,7 +32,8 @@ def test_after_fusion_evaluates_the_model_before_training_and_after_the_fusion(t
     """Local training fuses nothing, so evaluating after the fusion of round r sees exactly the
     model evaluated after the training of round r-1. Gossip averaging fuses in between, so the
     two settings evaluate different models in the same run."""
-    local_fused, local_trained = _losses("local", "after-fusion", tmp_path), _losses("local", "after-training", tmp_path)
+    local_fused = _losses("local", "after-fusion", tmp_path)
+    local_trained = _losses("local", "after-training", tmp_path)
     assert local_fused[1:] == local_trained[:-1]
     assert local_fused[0] != local_trained[0]          # round 0 after fusion: the untrained model
     gossip_fused, gossip_trained = (_losses("gossip-avg", "after-fusion", tmp_path),

@@ -15,7 +15,7 @@ import torch
 
 from p2pfed.cli.main import main
 from p2pfed.engine.runner import Checkpointing, run_scenario
-from p2pfed.scenario.loader import ScenarioError, launch_problems, load_scenario
+from p2pfed.scenario.loader import launch_problems, load_scenario
 from p2pfed.testing import check_algorithm
 from tests.conftest import ROOT
 
@@ -109,7 +109,8 @@ def test_a_body_head_method_needs_a_declared_head(tmp_path):
     (tmp_path / "plain.py").write_text(
         "import torch\n"
         "def make_model(input_size, num_classes, generator):\n"
-        "    return torch.nn.Sequential(torch.nn.Linear(input_size, 8), torch.nn.ReLU(), torch.nn.Linear(8, num_classes))\n")
+        "    return torch.nn.Sequential(torch.nn.Linear(input_size, 8), torch.nn.ReLU(), "
+        "torch.nn.Linear(8, num_classes))\n")
     loaded = load_scenario(SCENARIO, [*TINY, "algorithm.name=fedper", f"model.name={tmp_path / 'plain.py'}:make_model"])
     with pytest.raises(ValueError, match="declares no head: a body/head method needs a submodule named `head`"):
         run_scenario(loaded, None, progress=False)
@@ -121,7 +122,8 @@ def test_bad_names_of_the_users_code_are_one_line_each(tmp_path, capsys):
     (tmp_path / "broken.py").write_text("raise RuntimeError('half-written')\n")
     cases = {f"algorithm.name={tmp_path}/missing.py:X": "file not found",
              f"algorithm.name={tmp_path}/broken.py:X": "importing broken failed: RuntimeError: half-written",
-             f"algorithm.name={ROOT}/examples/dropout_mlp.py:make_model": "is not a subclass of p2pfed.algorithms.Algorithm",
+             f"algorithm.name={ROOT}/examples/dropout_mlp.py:make_model":
+                 "is not a subclass of p2pfed.algorithms.Algorithm",
              "algorithm.name=no_such_module:X": "no module 'no_such_module'",
              f"model.name={ROOT}/examples/dropout_mlp.py:nothing": "has no 'nothing'"}
     for override, expected in cases.items():
@@ -174,7 +176,8 @@ def test_an_installed_package_registers_a_method_by_entry_point(tmp_path, monkey
 
 def test_a_sweep_runs_the_users_method_and_model_shortened_from_the_command_line(tmp_path):
     sweep = tmp_path / "mine.yaml"
-    sweep.write_text(f"scenario: {SCENARIO}\nmethods: [gossip-avg, {ROOT}/examples/loss_weighted_gossip.py:LossWeightedGossip]\n"
+    sweep.write_text(f"scenario: {SCENARIO}\n"
+                     f"methods: [gossip-avg, {ROOT}/examples/loss_weighted_gossip.py:LossWeightedGossip]\n"
                      f"seeds: [0, 1, 2]\nset: {{model.name: '{ROOT}/examples/dropout_mlp.py:make_model', "
                      "model.options: {hidden: 16}, dataset.synthetic.num_devices: 3, "
                      "dataset.synthetic.samples_per_class: 12}\n")
@@ -187,3 +190,18 @@ def test_a_sweep_runs_the_users_method_and_model_shortened_from_the_command_line
         summary = json.loads((cell / "summary.json").read_text())
         assert summary["rounds"] == 2 and summary["seed"] == 4
         assert f"{ROOT}/examples/dropout_mlp.py:make_model" in summary["code"]["user_code"]
+
+
+def test_a_sweep_cell_is_keyed_by_the_users_code(tmp_path):
+    from p2pfed import plugins
+    from p2pfed.sweeps.cells import make_cell
+
+    method_file = tmp_path / "cell_method.py"
+    method_file.write_text((ROOT / "examples" / "loss_weighted_gossip.py").read_text())
+    name = f"{method_file}:LossWeightedGossip"
+    first = make_cell(SCENARIO, name, 0, TINY)
+    assert make_cell(SCENARIO, name, 0, TINY).id == first.id
+    method_file.write_text(method_file.read_text() + "\n# edited\n")
+    plugins._loaded.pop(name)
+    sys.modules.pop("cell_method")
+    assert make_cell(SCENARIO, name, 0, TINY).id != first.id

@@ -105,3 +105,22 @@ def test_the_suite_catches_unchecked_payloads_and_unseeded_randomness():
         check_algorithm(Trusting)
     with pytest.raises(ContractError, match="same_seed_same_numbers"):
         check_algorithm(Unseeded)
+
+
+TAKE_ANY_MODEL = ["gossip-avg", "fedprox", "ditto", "fedclar", "fedper", "fedrep", "fedproto", "protohar", "fedali",
+                  "fedhome", "local"]
+
+
+@pytest.mark.parametrize("name", TAKE_ANY_MODEL)
+def test_methods_that_take_any_model_keep_the_contract_on_a_model_of_the_users_own(name):
+    """The dropout MLP of examples/: a module of the user's own with ``features`` and a ``head``."""
+    import sys
+
+    from tests.conftest import ROOT
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from dropout_mlp import make_model
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    model = make_model(6, 3, torch.Generator().manual_seed(0), hidden=16, dropout=0.2)
+    check_algorithm(ALGORITHMS[name], OPTIONS.get(name, {}), model=model)

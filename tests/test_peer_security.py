@@ -212,8 +212,8 @@ def test_fuzz_1000_malformed_messages_no_crash_all_counted(tmp_path, ctx):
         feed()
         assert sent >= 1000 and count(peer) == (0, sent)
         assert sum(peer.drop_reasons.values()) == sent and "internal" not in peer.drop_reasons
-        assert {"codec:bad-magic", "codec:truncated", "codec:not-finite", "identity", "artifact"} <= set(peer.drop_reasons), \
-            peer.drop_reasons
+        assert {"codec:bad-magic", "codec:truncated", "codec:not-finite", "identity",
+                "artifact"} <= set(peer.drop_reasons), peer.drop_reasons
         # and the peer still works afterwards
         send_and_handle(peer, sock, blob)
         assert count(peer) == (1, sent)

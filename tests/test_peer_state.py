@@ -21,7 +21,8 @@ def test_own_npz_and_csv_data_fit_the_model_or_fail_naming_the_file(tmp_path):
                    + "\n".join(",".join(map(str, row)) + f",{lab}" for row, lab in zip(x, y)))
     d = load_own_data(csv, 5, num_features=16, num_classes=4, test_fraction=0.25, seed=0)
     assert d.num_train + d.num_test == 40 and set(d.y_test) == {0, 1, 2, 3}
-    with pytest.raises(DataFileError, match=r"mine.npz: train features have shape \(30, 16\), the model needs \(n, 8\)"):
+    with pytest.raises(DataFileError,
+                       match=r"mine.npz: train features have shape \(30, 16\), the model needs \(n, 8\)"):
         load_own_data(npz, 5, num_features=8, num_classes=4, test_fraction=0.2, seed=0)
     with pytest.raises(DataFileError, match="mine.csv: all labels must be class ids in 0..2"):
         load_own_data(csv, 5, num_features=16, num_classes=3, test_fraction=0.2, seed=0)

@@ -40,7 +40,7 @@ def reference(own, members, clusters, rule, model):
 def test_row_fusion_equals_the_parameter_level_rules(seed, rule, num_members, num_classes, zero_scores):
     rng = np.random.default_rng(seed)
     model = MLP(5, [7, 4], 3)
-    sizes = [l.out_features for l in model.layers]
+    sizes = [layer.out_features for layer in model.layers]
 
     def params():
         return {n: torch.from_numpy(rng.normal(size=tuple(p.shape)).astype(np.float32))

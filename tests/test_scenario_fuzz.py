@@ -42,6 +42,9 @@ def _members(ann: Any) -> list[Any]:
         and get_origin(ann) is not Literal else [ann]
 
 
+BOOL_STRINGS = {"y", "n", "yes", "no", "on", "off", "t", "f", "true", "false", "0", "1"}
+
+
 def invalid_values(info) -> st.SearchStrategy:
     """Values the field must refuse: a wrong type always, plus what its type and range exclude."""
     options = [st.just({"not": "a value"})]
@@ -62,7 +65,9 @@ def invalid_values(info) -> st.SearchStrategy:
             options.append(st.just(2.5))
     if Literal in kinds and list not in kinds:
         allowed = {v for m in members if get_origin(m) is Literal for v in get_args(m)}
-        options.append(st.text("abcxyz-", min_size=1, max_size=8).filter(lambda v: v not in allowed))
+        if bool in kinds:   # pydantic reads "y", "yes", "on", ... as a bool: valid there
+            allowed |= BOOL_STRINGS
+        options.append(st.text("abcxyz-", min_size=1, max_size=8).filter(lambda v: v.lower() not in allowed))
     if list in kinds:
         (item,) = get_args(next(m for m in members if get_origin(m) is list))
         if item is float:

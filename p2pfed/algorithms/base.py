@@ -43,7 +43,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
 
-from p2pfed.algorithms.payloads import Payload, Received
+from p2pfed.algorithms.payloads import Payload as Payload, Received as Received   # re-exported for methods
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
 from p2pfed.learning.batched_fusion import FusionJob
@@ -52,6 +52,7 @@ from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss, TrainingConfig
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class ArtifactError(ValueError):
@@ -104,10 +105,10 @@ def require_mlp(ctx: DeviceContext, method: str) -> MLP:
     return ctx.model
 
 
-class Future(Protocol[T]):
+class Future(Protocol[T_co]):
     """Work under way (``ctx.offload``); ``result()`` waits for it."""
 
-    def result(self) -> T: ...
+    def result(self) -> T_co: ...
 
 
 class Offload(Protocol):
@@ -248,18 +249,22 @@ class DeviceContext:
         return True
 
 
+# Inside ``Algorithm``, ``Options`` names its class attribute; its annotations say ``BaseOptions``.
+BaseOptions = Options
+
+
 class Algorithm(ABC):
     """One device's learning method: subclass it, set ``name``, and override the hooks you need
     (the module docstring lists them; the defaults give plain local training)."""
 
     name: ClassVar[str]
     message_kind: ClassVar[str] = ""          # the wire kind of its shares; default: ``name``
-    Options: ClassVar[type[Options]] = Options
+    Options: ClassVar[type[BaseOptions]] = Options
     # The parts its shares may name (``meta['part']``; "whole" when unnamed): ``forwarding.parts``
     # may only name these.
     parts: ClassVar[tuple[str, ...]] = ("whole",)
 
-    def __init__(self, ctx: DeviceContext, options: Options) -> None:
+    def __init__(self, ctx: DeviceContext, options: BaseOptions) -> None:
         self.ctx = ctx
         self.options = options
         # Newest payload per peer, or per (peer, part) for a share sent in parts; each entry's

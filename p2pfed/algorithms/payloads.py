@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -27,7 +27,7 @@ class Payload:
         leaves nothing behind, so the next receiver checks the message again."""
         if key not in self.memo:
             self.memo[key] = build()
-        return self.memo[key]
+        return cast(T, self.memo[key])
 
 
 @dataclass

@@ -9,7 +9,7 @@ the numpy arrays and cached payloads a method keeps into that vocabulary and bac
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -20,6 +20,14 @@ from p2pfed.algorithms.payloads import Payload, Received
 def array_state(a: np.ndarray | None) -> torch.Tensor | None:
     """A numpy array as a tensor a checkpoint may hold (a copy, same dtype)."""
     return None if a is None else torch.from_numpy(np.array(a, copy=True))
+
+
+@overload
+def array_from_state(t: torch.Tensor) -> np.ndarray: ...
+
+
+@overload
+def array_from_state(t: None) -> None: ...
 
 
 def array_from_state(t: torch.Tensor | None) -> np.ndarray | None:

@@ -114,6 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing,
                            callbacks=_callbacks(args))
+    assert summary is not None   # only a checkpointed run told to stop early returns none
     print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
@@ -133,8 +134,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summaries, rounds = [], {}
     for name, run in zip(names, runs):
         print(f"[{name}] {_length(run.scenario)}", file=sys.stderr)
-        summaries.append(run_scenario(run, out / folder_label(name), progress=not args.quiet,
-                                      callbacks=_callbacks(args)))
+        summary = run_scenario(run, out / folder_label(name), progress=not args.quiet,
+                               callbacks=_callbacks(args))
+        assert summary is not None   # no checkpoints: the run goes to its end
+        summaries.append(summary)
         rounds[name] = read_csv(out / folder_label(name) / "rounds.csv")
     print(write_comparison(out, summaries, rounds, title=loaded.scenario.name))
     print(f"results in {out}/ (comparison.csv, comparison.png, one folder per algorithm)")
@@ -281,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
                    help="seconds a peer waits for its neighbours to start (round 0)")
     p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
-    p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0, help="seconds before unfinished peers are killed")
+    p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
+                   help="seconds before unfinished peers are killed")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("keys", help="make CURVE key pairs peer-0..peer-(N-1) for real peers")

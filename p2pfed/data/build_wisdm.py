@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,7 @@ DEFAULT_OUT = Path(__file__).parent / "files" / "wisdm_v1.1_transformed.npz"
 
 def build(arff_path: str | Path, out: str | Path = DEFAULT_OUT) -> Path:
     """Write the compressed npz and return its path."""
-    arrays = arrays_from_arff(arff_path)
+    arrays: dict[str, Any] = arrays_from_arff(arff_path)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, **arrays)

@@ -88,10 +88,10 @@ def _split_columns(path: Path, header: list[str], label_column: str,
         if name in seen:
             problems.append(f"{path}: column {name!r}: appears twice in the header")
         seen.add(name)
-    for name, role, key in ((label_column, "label", "label_column"),
-                            (device_column, "device", "device_column")):
-        if name is not None and name not in header:
-            problems.append(f"{path}: column {name!r}: missing (the {role} column; columns are "
+    for column, role, key in ((label_column, "label", "label_column"),
+                              (device_column, "device", "device_column")):
+        if column is not None and column not in header:
+            problems.append(f"{path}: column {column!r}: missing (the {role} column; columns are "
                             f"{', '.join(header[:12])}{', ...' if len(header) > 12 else ''}; "
                             f"set dataset.{key} to rename it)")
     features = [h for h in header if h not in (label_column, exclude_device)]

@@ -80,6 +80,7 @@ def load_files(path: str | Path, *, device_column: str = "device", label_column:
         bounds = np.cumsum([len(t) for t in tables])
         parts = [np.arange(a, b) for a, b in zip(np.concatenate([[0], bounds[:-1]]), bounds)]
     elif natural:
+        assert tables[0].owners is not None   # read with the device column
         keys, parts = partition_natural(owner_keys(tables[0].owners))
         device_names = [show(k) for k in keys]
     else:

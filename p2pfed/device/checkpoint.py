@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -43,4 +43,4 @@ def load_checkpoint(path: Path, kind: str, fingerprint: str) -> dict[str, Any]:
     if saved["fingerprint"] != fingerprint:
         raise CheckpointError(f"{path}: written for another scenario or configuration; "
                               "move it away to start afresh")
-    return saved["state"]
+    return cast("dict[str, Any]", saved["state"])

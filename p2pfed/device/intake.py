@@ -98,12 +98,12 @@ class Intake:
         self.rules = rules
         self.is_neighbour = is_neighbour
         self.on_ignore = on_ignore
-        self.bad: Counter = Counter()   # failures per (authenticated or claimed) peer id
+        self.bad: Counter[int] = Counter()   # failures per (authenticated or claimed) peer id
         self.ignored: set[int] = set()
         self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
     def take(self, data: bytes, *, link: int | None, now: float, round: int,
-             decoded: Message | None = None, memo: dict | None = None
+             decoded: Message | None = None, memo: dict[Any, Any] | None = None
              ) -> Received | Held | ResendRequest | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
@@ -162,7 +162,7 @@ class Intake:
         """Count a frame the transport refused before it could be decoded (oversized, multipart)."""
         self._drop(link, round, reason, detail)
 
-    def _check(self, msg: Any, now: float, memo: dict | None = None) -> Received:
+    def _check(self, msg: Any, now: float, memo: dict[Any, Any] | None = None) -> Received:
         rules = self.rules
         if rules.rounds is not None and msg.round >= rules.rounds:
             raise Refused("window", f"round {msg.round} is past the run's {rules.rounds} rounds")

@@ -225,17 +225,17 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
     training: list[TrainingJob] = []
     for loop, r, takes_part in zip(loops, rounds, train, strict=True):
         if takes_part:
-            job = loop.algorithm.train(r)
-            if job is not None and not isinstance(job, TrainingJob):
-                raise TypeError(f"{type(loop.algorithm).__name__}.train returned {type(job).__name__}; "
+            work = loop.algorithm.train(r)
+            if work is not None and not isinstance(work, TrainingJob):
+                raise TypeError(f"{type(loop.algorithm).__name__}.train returned {type(work).__name__}; "
                                 "expected a TrainingJob or None")
-            if job is not None:
-                training.append(job)
+            if work is not None:
+                training.append(work)
     if batched:
         train_jobs(training)
     else:
-        for job in training:
-            job.run()
+        for training_job in training:
+            training_job.run()
     if evaluate:
         _evaluate_where(loops, rounds, "after-training", batched)
     return [loop.share(r, train=takes_part) for loop, r, takes_part in zip(loops, rounds, train, strict=True)]

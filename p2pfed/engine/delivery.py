@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device import Intake, IntakeRules
@@ -86,8 +86,9 @@ class Delivery:
         tried = frame._tried
         msg = frame.message(self.max_bytes)
         self.decoded += not tried and msg is not None
-        return self.intakes[dst].take(frame.data, link=src, now=now, round=round, decoded=msg,
-                                      memo=frame.memo)
+        # simulated intakes never hold later rounds (real peers do), so never return Held or ResendRequest
+        return cast("Received | None", self.intakes[dst].take(frame.data, link=src, now=now, round=round,
+                                                              decoded=msg, memo=frame.memo))
 
     def deliver(self, src: int, dst: int, frame: Frame | bytes, now: float, round: int) -> Received | None:
         """One link's transfer, through the sockets and into ``dst``'s intake at once."""

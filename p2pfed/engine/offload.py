@@ -159,7 +159,7 @@ class HelperProcess(_Executor):
         self._process: Any = None
         self._pipe_out: Connection | None = None
         self._pipe_in: Connection | None = None
-        self._received: dict[int, Any] = {}
+        self._received: dict[int, list[Any] | BaseException] = {}
         self.failed: str | None = None   # why the helper stopped working (then all runs here)
 
     def stats(self) -> dict[str, float]:

@@ -20,8 +20,9 @@ links from their owner and ``buffer_items`` carried items (the oldest are evicte
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import simpy
@@ -96,7 +97,7 @@ class OpportunisticSimulation:
 
     def __init__(self, algorithms: list[Algorithm], plan: ContactPlan, schedule: AsyncSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
-                 forwarding: Forwarding = Forwarding(), offline: list[tuple[int, float, float]] = (),
+                 forwarding: Forwarding = Forwarding(), offline: Sequence[tuple[int, float, float]] = (),
                  first_training_s: list[float] | None = None,
                  on_time: Callable[[float], None] | None = None, batched: bool = True) -> None:
         """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
@@ -121,7 +122,8 @@ class OpportunisticSimulation:
         n = len(algorithms)
         self.loops = [DeviceLoop(i, algo, recorder, clock=lambda: float(self.env.now),
                                  max_message_bytes=max_message_bytes,
-                                 neighbours=lambda i=i: self.plan.neighbours(i, float(self.env.now)),
+                                 neighbours=cast("Callable[[], list[int]]",
+                                                 lambda i=i: self.plan.neighbours(i, float(self.env.now))),
                                  max_age_s=schedule.max_age_s, split_parts=schedule.send_policy != "whole")
                       for i, algo in enumerate(algorithms)]
         self.delivery = Delivery(algorithms, recorder,
@@ -148,7 +150,7 @@ class OpportunisticSimulation:
         ev.succeed()
 
     # -- learning on each device's own clock -------------------------------------------------
-    def _device(self, i: int):
+    def _device(self, i: int) -> Generator[simpy.Event, Any, None]:
         """Device i's clock: a step every period (± jitter) from its first. Without a batch
         window the step happens at once; with one, it starts at once (what the device holds now
         is what it fuses) and finishes at the end of its window (``_window_end``), together
@@ -183,7 +185,7 @@ class OpportunisticSimulation:
             self.env.process(self._finish_batch(end))
         batch.append((i, pending))
 
-    def _finish_batch(self, end: float):
+    def _finish_batch(self, end: float) -> Generator[simpy.Event, Any, None]:
         """At the window's end, finish its steps: in two halves, in the order they started, so
         that the work the later half offloaded (``ctx.offload``), sent to the helper process last,
         gets the first half's fusion and training time to come back instead of being computed
@@ -218,7 +220,7 @@ class OpportunisticSimulation:
         last = max(int(np.ceil(end / every - 1e-9)) - 1, 0)
         return min(int(self.env.now // every), last)
 
-    def _evaluator(self):
+    def _evaluator(self) -> Generator[simpy.Event, Any, None]:
         every, end = self.schedule.eval_every_s, self.schedule.duration_s
         index, t = 0, every
         while True:
@@ -233,7 +235,7 @@ class OpportunisticSimulation:
             t += every
 
     # -- churn -------------------------------------------------------------------------------
-    def _churn(self, i: int, spans: list[tuple[float, float]]):
+    def _churn(self, i: int, spans: list[tuple[float, float]]) -> Generator[simpy.Event, Any, None]:
         for off_from, off_until in spans:
             yield self.env.timeout(max(off_from - self.env.now, 0.0))
             self.state[i].online = False
@@ -245,7 +247,7 @@ class OpportunisticSimulation:
             self._pulse(self.switched, i)
 
     # -- contacts and transfers --------------------------------------------------------------
-    def _contacts(self):
+    def _contacts(self) -> Generator[simpy.Event, Any, None]:
         for c in self.plan.contacts:
             if c.start >= self.schedule.duration_s:
                 return
@@ -282,7 +284,7 @@ class OpportunisticSimulation:
                                          relay={"origin": c.item.sender, "hops": c.item.hops + 1}))
         return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
 
-    def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event):
+    def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event) -> Generator[simpy.Event, Any, None]:
         """One direction of one contact: transfers one after the other until the contact ends."""
         while not end.processed:
             if not (self.state[src].online and self.state[dst].online):
@@ -294,7 +296,8 @@ class OpportunisticSimulation:
                 continue
             yield from self._transfer(src, dst, offer, contact, end)
 
-    def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact, end: simpy.Event):
+    def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact,
+                  end: simpy.Event) -> Generator[simpy.Event, Any, None]:
         size = offer.frame.size
         needed = 8.0 * size / contact.bandwidth_bps + contact.latency_s
         started = float(self.env.now)

@@ -10,7 +10,9 @@ file; this module adds the scenario file and field in front.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from p2pfed.engine.contacts.plan import ContactError
 from p2pfed.engine.contacts.traces import map_nodes, read_trace
@@ -34,17 +36,18 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
     sc, problems = loaded.scenario, []
     known_devices = sc.dataset.name == "synthetic" or sc.dataset.path is None
 
-    def check(field: str, read) -> None:
+    def check(field: str, read: Callable[[], object]) -> None:
         try:
             read()
         except (ValueError, OSError) as exc:  # every reader raises a ValueError naming the file
             problems.append(f"{loaded.source}: {field}: {exc}")
 
     if sc.dataset.name == "wisdm" and sc.dataset.path is not None:
-        check("dataset.path", lambda: check_dataset_file(loaded, loaded.resolve(sc.dataset.path)))
+        check("dataset.path", lambda: check_dataset_file(loaded, loaded.resolve(cast(str, sc.dataset.path))))
     if sc.topology.kind == "file" and sc.contacts.kind in ("none", "static"):
         def topology() -> None:
             path = loaded.resolve(sc.topology.file)
+            assert path is not None   # the schema requires topology.file with kind 'file'
             nodes = read_topology_file(path).number_of_nodes()
             if known_devices and nodes != device_count(sc):
                 raise TopologyError(f"{path}: has {nodes} nodes but the scenario has "
@@ -53,6 +56,7 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
     if sc.contacts.kind == "trace":
         def trace() -> None:
             path = loaded.resolve(sc.contacts.file)
+            assert path is not None and sc.contacts.format is not None   # required with kind 'trace'
             contacts = read_trace(path, sc.contacts.format, window_s=sc.contacts.window_s)
             if not contacts:
                 raise ContactError(f"{path}: the trace holds no contacts")

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -32,6 +32,11 @@ from p2pfed.scenario.build import (build_algorithms, build_class_schedule, build
 from p2pfed.scenario.loader import LoadedScenario, dump, fingerprint
 from p2pfed.scenario.randomness import int_seed, stream
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from p2pfed.data import FederatedDataset
 
 CHECKPOINT_KIND = "simulation"
 
@@ -127,8 +132,8 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan)
 
 
-def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, recorder: Recorder,
-                progress: bool, dataset, checkpointing: Checkpointing | None,
+def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
+                progress: bool, dataset: FederatedDataset, checkpointing: Checkpointing | None,
                 rows: Rows) -> tuple[float | None, dict[str, Any]]:
     sc = loaded.scenario
     n = len(algorithms)
@@ -177,7 +182,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph, reco
                       **extra}
 
 
-def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
+def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
                   recorder: Recorder, progress: bool, rows: Rows) -> tuple[float, dict[str, Any], ContactPlan]:
     sc = loaded.scenario
     n = len(algorithms)
@@ -193,6 +198,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph,
                             buffer_items=fw.buffer_items)
     offline = []
     if churn.mean_online_s is not None:
+        assert churn.mean_offline_s is not None   # the schema sets both or neither
         offline = churn_intervals(n, duration, churn.mean_online_s, churn.mean_offline_s,
                                   stream(sc.seed, "churn"))
     bar = tqdm(total=round(duration), desc=f"{sc.algorithm.name}", unit="sim s", disable=not progress,

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
@@ -86,7 +86,8 @@ class Simulation:
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
                                  neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
                                  visible_classes=None if class_schedule is None
-                                 else (lambda r, i=i: class_schedule.visible(i, r)))
+                                 else cast("Callable[[int], frozenset[int] | None]",
+                                           lambda r, i=i: class_schedule.visible(i, r)))
                       for i, algo in enumerate(algorithms)]
         self.delivery = Delivery(algorithms, recorder,
                                  IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n))
@@ -101,7 +102,7 @@ class Simulation:
         return float(self.env.now)
 
     # -- processes -------------------------------------------------------------------------
-    def _rounds(self, until: int):
+    def _rounds(self, until: int) -> Generator[simpy.Event, Any, None]:
         """Every device acts at the start of each round, all in one step."""
         period = self.schedule.round_period_s
         for r in range(self.next_round, until):

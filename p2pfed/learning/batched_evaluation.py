@@ -12,6 +12,7 @@ float rounding of the logits and of the loss's per-device sum).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -34,7 +35,7 @@ def evaluate_many(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: S
             groups.setdefault((type(model), model.gates is None, shapes, xs[i].dtype), []).append(i)
     for members in groups.values():
         if len(members) >= min_group:
-            for i, evaluation in zip(members, _evaluate_group([models[i] for i in members],
+            for i, evaluation in zip(members, _evaluate_group(cast("list[MLP]", [models[i] for i in members]),
                                                              [xs[i] for i in members],
                                                              [ys[i] for i in members])):
                 out[i] = evaluation

@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -88,7 +89,8 @@ class FusionJob:
                 weights = weights.view(*weights.shape, *([1] * (target.dim() + 1 - weights.dim())))
                 if target.numel() < STACK_BELOW:
                     values = torch.stack([_as_tensor(self.members[m][name]) for m in used]) if used else None
-                    target.copy_((values.double() * weights[used]).sum(dim=0) if used else torch.zeros_like(target))
+                    target.copy_((cast(torch.Tensor, values).double() * weights[used]).sum(dim=0) if used
+                                 else torch.zeros_like(target))
                     continue
                 acc = torch.zeros(target.shape, dtype=torch.float64)
                 for m in used:

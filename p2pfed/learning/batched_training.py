@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -219,7 +220,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
                 update = None if plain_sgd else (
                     lambda n, p, g, buffers=buffers: sgd_step({n: p}, {n: g}, config,
                                                                None if buffers is None else {n: buffers[n]}))
-                per_device = mlp_sgd_step(params, len(template.layers), x_all[idx], y_all[idx], mask,
+                per_device = mlp_sgd_step(params, len(cast(MLP, template).layers), x_all[idx], y_all[idx], mask,
                                           config, update)
             else:
                 logits = batched_forward(params, x_all[idx])
@@ -232,8 +233,8 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             row += 1
     with torch.no_grad():
         for k, n in enumerate(names):
-            for params, trained in zip(own, stacked[n], strict=True):
-                params[k].copy_(trained)
+            for device_params, trained in zip(own, stacked[n], strict=True):
+                device_params[k].copy_(trained)
     means = np.nanmean(losses.numpy(), axis=0)
     out = [0.0] * d
     for i, original in enumerate(order):

@@ -105,7 +105,8 @@ def metrics_many(pairs: Sequence[tuple[np.ndarray | torch.Tensor, np.ndarray | t
             raise ValueError(f"pair {i}: y_true has {t.size} labels, y_pred {p.size}")
     sizes = np.array([t.size for t in trues], dtype=np.int64)
     groups = np.repeat(np.arange(len(pairs)), sizes)
-    cat = (lambda xs: np.concatenate(xs) if xs else np.empty(0, dtype=np.int64))
+    def cat(xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.empty(0, dtype=np.int64)
     return grouped_metrics(cat(trues), cat(preds), groups, len(pairs), num_classes)
 
 

@@ -16,9 +16,9 @@ so a pruned unit can come back (SAFL's model recovery).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import torch
 from torch import nn
@@ -26,6 +26,20 @@ from torch import nn
 from p2pfed.plugins import PluginError, entry_point, is_plugin_name, load_object
 
 ENTRY_POINTS = "p2pfed.models"
+
+if TYPE_CHECKING:
+    class LinearList(nn.ModuleList):
+        """How the type checker sees ``MLP.layers``: a ModuleList of ``nn.Linear`` only."""
+
+        def __iter__(self) -> Iterator[nn.Linear]: ...
+
+        @overload
+        def __getitem__(self, idx: slice) -> LinearList: ...
+
+        @overload
+        def __getitem__(self, idx: int) -> nn.Linear: ...
+
+        def __getitem__(self, idx: slice | int) -> LinearList | nn.Linear: ...
 
 
 class MLP(nn.Module):
@@ -37,7 +51,7 @@ class MLP(nn.Module):
         sizes = [int(in_features), *[int(h) for h in hidden], int(num_classes)]
         if any(s <= 0 for s in sizes):
             raise ValueError(f"layer sizes must be positive, got {sizes}")
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.layers = cast("LinearList", nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])))
         self.gates: nn.ParameterList | None = None
         if unit_gates:
             self.add_unit_gates()

@@ -6,6 +6,8 @@ pulls each sample's feature toward its class's averaged prototype (FedProto, Pro
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,7 +26,7 @@ def proximal_loss(anchor: dict[str, torch.Tensor], mu: float) -> ExtraLoss:
     def term(model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         sq = sum(((p - anchor[name]) ** 2).sum() for name, p in model.named_parameters()
                  if name in anchor)
-        return 0.5 * mu * sq
+        return cast(torch.Tensor, 0.5 * mu * sq)
 
     return term
 
@@ -40,7 +42,7 @@ def prototype_loss(prototypes: torch.Tensor, known: torch.Tensor, weight: float)
         sel = known[y]
         if not bool(sel.any()):
             return logits.new_zeros(())
-        feats = model.features(x[sel])
+        feats = cast(Any, model).features(x[sel])   # the MLP's, or a user model's ``features``
         return weight * F.mse_loss(feats, prototypes[y[sel]])
 
     return term

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -92,6 +93,12 @@ class LoadedPeerConfig:
     config: PeerConfig
     source: str
     base_dir: Path
+
+    @overload
+    def resolve(self, path: str) -> Path: ...
+
+    @overload
+    def resolve(self, path: None) -> None: ...
 
     def resolve(self, path: str | None) -> Path | None:
         if path is None:

@@ -56,7 +56,7 @@ class Plan:
     insecure: bool
 
 
-def prepare(loaded: LoadedScenario, scenario_file: Path, overrides: list[str], seed: int | None,
+def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
             out: Path, peers: int | None, *, insecure: bool, start_timeout_s: float = 120.0,
             round_timeout_s: float = 30.0) -> Plan:
     """Write one peer file per device of the scenario (and keys unless insecure)."""

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -119,9 +119,9 @@ class Peer:
         self.context = zmq.Context()
         self.auth: AllowlistAuthenticator | None = None
         server = client = None
-        if self.secure:
-            public, secret = load_pair(loaded_config.resolve(cfg.secret_key))
-            keys = {n.id: load_public(loaded_config.resolve(n.public_key)) for n in cfg.neighbours}
+        if self.secure:   # then load_peer_config required every key file
+            public, secret = load_pair(loaded_config.resolve(cast(str, cfg.secret_key)))
+            keys = {n.id: load_public(loaded_config.resolve(cast(str, n.public_key))) for n in cfg.neighbours}
             self.auth = AllowlistAuthenticator(self.context, {k: i for i, k in keys.items()})
             self.auth.start()
             server = server_configurer(public, secret)

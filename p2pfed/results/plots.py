@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib
 
@@ -11,6 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from p2pfed.results.files import atomic_path  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.colors import ListedColormap
 
 
 def plot_run(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
@@ -33,7 +36,7 @@ def save_figure(fig: Any, path: Path, *, dpi: int = 110, close: bool = True) -> 
 def comparison_figure(runs: dict[str, list[dict[str, Any]]], title: str = "") -> Any:
     """The figure of ``plot_comparison``."""
     fig, (ax_f1, ax_bytes) = plt.subplots(1, 2, figsize=(11, 4))
-    colours = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
+    colours = cast("ListedColormap", plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")).colors
     for ax in (ax_f1, ax_bytes):
         ax.set_prop_cycle(color=colours)
     for label, rows in runs.items():

@@ -203,7 +203,9 @@ class Recorder:
     @property
     def rows(self) -> list[dict]:
         """rounds.csv rows: metrics plus cumulative traffic through each evaluated round."""
-        out, total, pending = [], Counter(), sorted(self.traffic_by_round.items())
+        out: list[dict[str, Any]] = []
+        total: Counter[str] = Counter()
+        pending = sorted(self.traffic_by_round.items())
         for round in sorted(self._evals):
             while pending and pending[0][0] <= round:
                 total.update(pending.pop(0)[1])

@@ -90,8 +90,8 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
 def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
     """The scenario's network graph over ``num_devices`` devices."""
     sc, topo = loaded.scenario, loaded.scenario.topology
-    return build_topology(topo.kind, num_devices, seed=int_seed(sc.seed, "graph"), k=topo.k, p=topo.p, degree=topo.degree,
-                          file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
+    return build_topology(topo.kind, num_devices, seed=int_seed(sc.seed, "graph"), k=topo.k, p=topo.p,
+                          degree=topo.degree, file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
                           latency_s=topo.latency_s)
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, overload
 
 import yaml
 from pydantic import ValidationError
@@ -40,6 +41,12 @@ class LoadedScenario:
     source: str           # the file it came from, or "<embedded quickstart>"
     base_dir: Path        # where relative paths are resolved from
 
+    @overload
+    def resolve(self, path: str) -> Path: ...
+
+    @overload
+    def resolve(self, path: None) -> None: ...
+
     def resolve(self, path: str | None) -> Path | None:
         if path is None:
             return None
@@ -53,7 +60,7 @@ class LoadedScenario:
         return LoadedScenario(Scenario.model_validate(data), self.source, self.base_dir)
 
 
-def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] = frozenset(),
+def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] | frozenset[str] = frozenset(),
                      search: list[Path] | None = None) -> dict[str, Any]:
     """An ``algorithm`` mapping for method ``name``: the options it knows, plus those in ``keep``.
 
@@ -195,7 +202,7 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> list[str]:
     return parts
 
 
-def describe_error(err: dict[str, Any]) -> str:
+def describe_error(err: Mapping[str, Any]) -> str:
     """One pydantic error as 'field: problem (got value)'.
 
     A model-level check names the field it is about at the start of its message (e.g.
@@ -222,7 +229,7 @@ def describe_error(err: dict[str, Any]) -> str:
 _TYPE_TAGS = {"int", "float", "str", "bool", "bytes", "none"}
 
 
-def field_errors(errors: list[dict[str, Any]], prefix: tuple = ()) -> list[dict[str, Any]]:
+def field_errors(errors: Sequence[Mapping[str, Any]], prefix: tuple = ()) -> list[dict[str, Any]]:
     """pydantic's errors, one per field: a value that fits no member of a union is reported once
     per member, with the member's type at the end of its location ('literal[...]', 'list[...]',
     'int'); those are merged into one error whose message lists what would fit."""
@@ -260,7 +267,7 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     except ValidationError as exc:
         problems += [f"{source}: {describe_error(e)}" for e in field_errors(exc.errors())]
         scenario = None
-    algo = raw.get("algorithm") if isinstance(raw.get("algorithm"), dict) else {}
+    algo = cast("dict[str, Any]", raw.get("algorithm")) if isinstance(raw.get("algorithm"), dict) else {}
     name = algo.get("name", "fedsub")
     cls = None
     if isinstance(name, str):  # any other type is reported by the schema above
@@ -281,8 +288,8 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
             cls.Options.model_validate(opts, context=context)
         except ValidationError as exc:
             known = ", ".join(cls.Options.model_fields) or "no options"
-            problems += [f"{source}: {describe_error(e)}" + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden"
-                                                         else "")
+            problems += [f"{source}: {describe_error(e)}"
+                         + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden" else "")
                          for e in field_errors(exc.errors(), ("algorithm",))]
         if scenario is not None and scenario.forwarding.enabled:
             unknown = [p for p in scenario.forwarding.parts if p not in cls.parts]

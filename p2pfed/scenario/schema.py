@@ -33,14 +33,14 @@ class Section(BaseModel):
 
 
 class SyntheticSection(Section):
-    num_devices: int = Field(12, ge=2)
-    num_classes: int = Field(4, ge=2)
-    num_features: int = Field(16, ge=1)
-    groups_per_class: int = Field(3, ge=1)
-    samples_per_class: int = Field(40, ge=2)
-    classes_per_device: int | None = Field(None, ge=1)
-    separation: float = Field(4.0, gt=0)
-    noise: float = Field(1.0, gt=0)
+    num_devices: int = Field(default=12, ge=2)
+    num_classes: int = Field(default=4, ge=2)
+    num_features: int = Field(default=16, ge=1)
+    groups_per_class: int = Field(default=3, ge=1)
+    samples_per_class: int = Field(default=40, ge=2)
+    classes_per_device: int | None = Field(default=None, ge=1)
+    separation: float = Field(default=4.0, gt=0)
+    noise: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _classes_fit(self) -> SyntheticSection:
@@ -54,26 +54,26 @@ class PartitionSection(Section):
     """How a central dataset is split across devices (``files`` and ``digits``)."""
 
     kind: Literal["natural", "iid", "dirichlet", "shards", "quantity"] = "natural"
-    num_devices: int = Field(10, ge=2)
-    alpha: float = Field(0.5, gt=0)
-    classes_per_device: int = Field(2, ge=1)
-    size_sigma: float = Field(1.0, gt=0)
-    min_samples: int = Field(10, ge=2)
+    num_devices: int = Field(default=10, ge=2)
+    alpha: float = Field(default=0.5, gt=0)
+    classes_per_device: int = Field(default=2, ge=1)
+    size_sigma: float = Field(default=1.0, gt=0)
+    min_samples: int = Field(default=10, ge=2)
 
 
 class DatasetSection(Section):
     name: Literal["wisdm", "wisdm-raw", "synthetic", "digits", "files"] = "wisdm"
     path: str | None = None
-    test_fraction: float = Field(0.2, gt=0, lt=1)
+    test_fraction: float = Field(default=0.2, gt=0, lt=1)
     # Share of each class's training examples a device keeps (the test set is unchanged): how
     # much collaboration helps when devices hold less data.
-    train_fraction: float = Field(1.0, gt=0, le=1)
+    train_fraction: float = Field(default=1.0, gt=0, le=1)
     scaling: Literal["device", "none"] = "device"
     users: list[int] | None = None
     synthetic: SyntheticSection = SyntheticSection()
-    device_column: str = Field("device", min_length=1)
-    label_column: str = Field("label", min_length=1)
-    class_names: list[str] | None = Field(None, min_length=2)
+    device_column: str = Field(default="device", min_length=1)
+    label_column: str = Field(default="label", min_length=1)
+    class_names: list[str] | None = Field(default=None, min_length=2)
     partition: PartitionSection = PartitionSection()
 
     @model_validator(mode="after")
@@ -95,7 +95,7 @@ class DatasetSection(Section):
 
 class ModelSection(Section):
     # "mlp", or a factory of the user's own: "package.module:make_model" / "path/to/file.py:make_model"
-    name: str = Field("mlp", min_length=1)
+    name: str = Field(default="mlp", min_length=1)
     hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1)
     unit_gates: bool = False   # a scaling factor on every hidden unit (SAFL adds them itself)
     options: dict[str, Any] = Field(default_factory=dict)   # keyword arguments of a user's factory
@@ -122,11 +122,11 @@ class ModelSection(Section):
 
 
 class TrainingSection(Section):
-    epochs: int = Field(1, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(0.05, gt=0)
-    momentum: float = Field(0.0, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
+    epochs: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.05, gt=0)
+    momentum: float = Field(default=0.0, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
 
 
 class AlgorithmSection(BaseModel):
@@ -142,12 +142,12 @@ class AlgorithmSection(BaseModel):
 
 class TopologySection(Section):
     kind: Literal["complete", "ring", "erdos-renyi", "small-world", "random-regular", "file"] = "small-world"
-    k: int = Field(4, ge=2)
-    p: float = Field(0.1, ge=0, le=1)
-    degree: int = Field(3, ge=1)
+    k: int = Field(default=4, ge=2)
+    p: float = Field(default=0.1, ge=0, le=1)
+    degree: int = Field(default=3, ge=1)
     file: str | None = None
-    bandwidth_bps: float = Field(1e6, gt=0)
-    latency_s: float = Field(0.05, ge=0)
+    bandwidth_bps: float = Field(default=1e6, gt=0)
+    latency_s: float = Field(default=0.05, ge=0)
 
     @model_validator(mode="after")
     def _file_when_needed(self) -> TopologySection:
@@ -157,13 +157,13 @@ class TopologySection(Section):
 
 
 class EngineSection(Section):
-    round_period_s: float = Field(30.0, gt=0)
-    participation: float = Field(1.0, gt=0, le=1)
-    max_message_bytes: int = Field(64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
+    round_period_s: float = Field(default=30.0, gt=0)
+    participation: float = Field(default=1.0, gt=0, le=1)
+    max_message_bytes: int = Field(default=64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
     # "auto": every core in a simulation, one per real peer or sweep worker (scenario/threads.py)
     torch_threads: int | Literal["auto"] = "auto"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
-    max_memory_gib: float | None = Field(None, gt=0)
+    max_memory_gib: float | None = Field(default=None, gt=0)
     # A synchronous round trains the devices whose methods train plainly as one batched
     # computation (equal to one at a time to float rounding); false: one model at a time.
     batched_training: bool = True
@@ -182,7 +182,7 @@ class EngineSection(Section):
 
     @field_validator("torch_threads")
     @classmethod
-    def _thread_count(cls, v: int | str) -> int | str:
+    def _thread_count(cls, v: int | Literal["auto"]) -> int | Literal["auto"]:
         if v != "auto" and not 1 <= v <= MAX_TORCH_THREADS:
             raise ValueError(f"must be 'auto' or a number of threads in 1..{MAX_TORCH_THREADS}")
         return v
@@ -191,17 +191,17 @@ class EngineSection(Section):
 class DynamicSection(Section):
     """Training classes hidden at the start and returned one at a time (journal Sec. 4.5)."""
 
-    devices_fraction: float = Field(0.0, ge=0, le=1)
-    max_removed_fraction: float = Field(0.8, ge=0, lt=1)
-    return_every: int = Field(50, ge=1)
+    devices_fraction: float = Field(default=0.0, ge=0, le=1)
+    max_removed_fraction: float = Field(default=0.8, ge=0, lt=1)
+    return_every: int = Field(default=50, ge=1)
     # "visible": a hidden class is out of the test set too and returns to both (the papers);
     # "all": every class stays in the test set throughout.
     test_classes: Literal["visible", "all"] = "visible"
 
 
 class EvaluationSection(Section):
-    every: int = Field(1, ge=1)
-    every_s: float | None = Field(None, gt=0)
+    every: int = Field(default=1, ge=1)
+    every_s: float | None = Field(default=None, gt=0)
     generalization: bool = False   # also score each device on the other devices' pooled test data
     # Round runtimes: evaluate right after the fusion (the FedSub papers' protocol) or after training.
     when: Literal["after-fusion", "after-training"] = "after-fusion"
@@ -211,23 +211,23 @@ class ContactsSection(Section):
     """Time-varying contacts; ``none`` keeps synchronous rounds over ``topology``."""
 
     kind: Literal["none", "static", "random-waypoint", "poisson", "trace"] = "none"
-    duration_s: float | None = Field(None, gt=0)
-    bandwidth_bps: float = Field(1e6, gt=0)
-    latency_s: float = Field(0.05, ge=0)
-    loss_rate: float = Field(0.0, ge=0, lt=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    bandwidth_bps: float = Field(default=1e6, gt=0)
+    latency_s: float = Field(default=0.05, ge=0)
+    loss_rate: float = Field(default=0.0, ge=0, lt=1)
     area_m: list[float] = Field(default_factory=lambda: [1000.0, 1000.0], min_length=2, max_length=2)
     speed_mps: list[float] = Field(default_factory=lambda: [0.5, 1.5], min_length=2, max_length=2)
     pause_s: list[float] = Field(default_factory=lambda: [0.0, 120.0], min_length=2, max_length=2)
-    range_m: float = Field(50.0, ge=0)
-    step_s: float = Field(1.0, gt=0)
-    mean_intercontact_s: float = Field(1800.0, gt=0)
-    mean_duration_s: float = Field(60.0, gt=0)
+    range_m: float = Field(default=50.0, ge=0)
+    step_s: float = Field(default=1.0, gt=0)
+    mean_intercontact_s: float = Field(default=1800.0, gt=0)
+    mean_duration_s: float = Field(default=60.0, gt=0)
     intercontact: Literal["exponential", "power-law"] = "exponential"
-    power_law_alpha: float = Field(1.5, gt=1)
+    power_law_alpha: float = Field(default=1.5, gt=1)
     file: str | None = None
     format: Literal["one", "interval", "sociopatterns"] | None = None
-    window_s: float = Field(20.0, gt=0)
-    start_s: float | None = Field(None, ge=0)
+    window_s: float = Field(default=20.0, gt=0)
+    start_s: float | None = Field(default=None, ge=0)
     nodes: Literal["sorted", "most-active"] | list[int | str] = "sorted"
     allow_node_mismatch: bool = False
 
@@ -258,11 +258,11 @@ class ContactsSection(Section):
 class AsynchronousSection(Section):
     """How devices learn when there are no global rounds (any ``contacts.kind`` but ``none``)."""
 
-    train_period_s: float = Field(300.0, gt=0)
-    train_jitter_s: float = Field(0.0, ge=0)
+    train_period_s: float = Field(default=300.0, gt=0)
+    train_jitter_s: float = Field(default=0.0, ge=0)
     send_policy: Literal["smallest-first", "largest-first", "whole"] = "smallest-first"
-    max_age_s: float | None = Field(None, gt=0)
-    batch_window_s: float = Field(0.0, ge=0)
+    max_age_s: float | None = Field(default=None, gt=0)
+    batch_window_s: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _jitter_below_period(self) -> AsynchronousSection:
@@ -279,15 +279,15 @@ class ForwardingSection(Section):
 
     enabled: bool = False
     parts: list[str] = Field(default_factory=lambda: ["prototypes"], min_length=1)
-    hop_limit: int = Field(3, ge=2)
-    buffer_items: int = Field(64, ge=1)
+    hop_limit: int = Field(default=3, ge=2)
+    buffer_items: int = Field(default=64, ge=1)
 
 
 class ChurnSection(Section):
     """Devices go offline and come back; exponential on/off durations (off when both unset)."""
 
-    mean_online_s: float | None = Field(None, gt=0)
-    mean_offline_s: float | None = Field(None, gt=0)
+    mean_online_s: float | None = Field(default=None, gt=0)
+    mean_offline_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _both_or_neither(self) -> ChurnSection:
@@ -301,8 +301,8 @@ class ChurnSection(Section):
 class Scenario(Section):
     name: str = "scenario"
     description: str = ""
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    rounds: int = Field(20, ge=1)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    rounds: int = Field(default=20, ge=1)
     dataset: DatasetSection = DatasetSection()
     model: ModelSection = ModelSection()
     training: TrainingSection = TrainingSection()

@@ -98,7 +98,7 @@ def sweep_rows(results: list[CellResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def _dig(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+def _dig(data: dict[str, Any] | None, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(data, dict):
             return None
@@ -147,7 +147,7 @@ def _round(x: float) -> float | str:
     return "" if math.isnan(x) else round(x, 6)
 
 
-def curves(results: list[CellResult]) -> tuple[str, dict[tuple, dict[str, list[tuple[float, float]]]]]:
+def curves(results: list[CellResult]) -> tuple[str, dict[tuple, dict[str, list[list[tuple[float, float]]]]]]:
     """F1 over rounds (or simulated time, when any cell runs on contacts), per seed.
 
     Returns (x column, {((key, value text), ...): {method: [[(x, f1), ...] per seed]}}).
@@ -157,6 +157,7 @@ def curves(results: list[CellResult]) -> tuple[str, dict[tuple, dict[str, list[t
     x = "round" if synchronous else "sim_time_s"
     panels: dict[tuple, dict[str, list]] = {}
     for r in done:
+        assert r.folder is not None   # a finished cell has its folder
         rows = read_csv(r.folder / "rounds.csv")
         series = [(float(row[x]), float(row["f1_macro_mean"])) for row in rows]
         label = tuple((k, value_text(v)) for k, v in r.point.values)

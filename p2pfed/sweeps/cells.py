@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -135,7 +136,7 @@ def expand(sweep: Sweep) -> list[Point]:
     spec, src = sweep.spec, sweep.source
     base = load_scenario(sweep.scenario)
     methods = spec.methods or [base.scenario.algorithm.name]
-    seeds = spec.seeds or [None]
+    seeds: Sequence[int | None] = spec.seeds or [None]
     problems = []
     for section, mapping in (("set", spec.overrides), ("grid", spec.grid)):
         for key in mapping:
@@ -163,13 +164,14 @@ def expand(sweep: Sweep) -> list[Point]:
             check(f"set.{key}", key, [item])
             if len(problems) == before:
                 good.append(item)
-    for key, values in spec.grid.items():
-        for i, value in enumerate(values):
+    for key, grid_values in spec.grid.items():
+        for i, value in enumerate(grid_values):
             check(f"grid.{key}[{i}]", key, [*good, override(key, value)])
     if problems:
         raise SweepError(problems)
 
-    points, cells = [], {}
+    points: list[Point] = []
+    cells: dict[str, CellSpec] = {}
     for method in methods:
         for combo in itertools.product(*spec.grid.values()):
             values = tuple(zip(spec.grid, combo))

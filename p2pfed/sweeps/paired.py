@@ -34,6 +34,7 @@ def label(r: CellResult) -> str:
 
 
 def per_device_f1(r: CellResult) -> dict[int, float]:
+    assert r.folder is not None   # a finished cell has its folder
     return {int(row["device"]): float(row["f1_macro"]) for row in read_csv(r.folder / "devices.csv")
             if row["f1_macro"] not in ("", "nan")}
 
@@ -55,9 +56,11 @@ def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
             shared = sorted(set(fa) & set(fb))
             xa += [fa[d] for d in shared]
             xb += [fb[d] for d in shared]
-            bytes_b = runs_b[s].summary["comm"]["bytes_per_device_per_round"]
+            summary_a, summary_b = runs_a[s].summary, runs_b[s].summary
+            assert summary_a is not None and summary_b is not None   # configs hold finished cells
+            bytes_b = summary_b["comm"]["bytes_per_device_per_round"]
             if bytes_b:
-                ratios.append(runs_a[s].summary["comm"]["bytes_per_device_per_round"] / bytes_b)
+                ratios.append(summary_a["comm"]["bytes_per_device_per_round"] / bytes_b)
         rows.append({"a": a, "b": b, "seeds": len(seeds), "pairs": len(xa), **paired_test(xa, xb),
                      "bytes_ratio": round(float(np.mean(ratios)), 4) if ratios else ""})
     return rows

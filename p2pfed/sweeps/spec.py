@@ -114,6 +114,7 @@ def read_sweep(path: str | Path, overrides: Sequence[str] = (), seeds: Sequence[
             problems.append(f"{source}: scenario: file not found: {scenario}")
     if problems:
         raise SweepError(problems)
+    assert spec is not None   # a spec that failed to validate left problems
     return Sweep(spec, source, spec.name or p.stem, scenario)
 
 

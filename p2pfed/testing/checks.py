@@ -36,7 +36,7 @@ import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -188,7 +188,7 @@ def algorithm_checks(method: type[Algorithm], options: dict[str, Any] | None = N
     """(name, check) for every check of ``method`` (with ``options``), each runnable alone."""
     setup = Setup(method, dict(options or {}), dataset or default_dataset(), model)
     for name, check in CHECKS.items():
-        yield name, (lambda check=check: check(setup))
+        yield name, cast("Callable[[], None]", lambda check=check: check(setup))
 
 
 def check_algorithm(method: type[Algorithm], options: dict[str, Any] | None = None, *,
@@ -229,7 +229,8 @@ def _parameters(algo: Algorithm) -> dict[str, torch.Tensor]:
 def _corruptions(payload: Payload) -> Iterator[tuple[str, Payload]]:
     """The payload with one thing wrong, each way a peer might get it wrong."""
     for name, array in payload.tensors.items():
-        yield f"tensor {name!r} missing", Payload(dict(payload.meta), {k: v for k, v in payload.tensors.items() if k != name})
+        yield f"tensor {name!r} missing", Payload(dict(payload.meta),
+                                                  {k: v for k, v in payload.tensors.items() if k != name})
         grown = np.concatenate([array, array[:1]]) if array.ndim and array.shape[0] else np.zeros((1,), array.dtype)
         yield f"tensor {name!r} reshaped", Payload(dict(payload.meta), {**payload.tensors, name: grown})
         other = np.zeros(array.shape, dtype=np.int64 if array.dtype.kind == "f" else np.float32)
@@ -237,7 +238,8 @@ def _corruptions(payload: Payload) -> Iterator[tuple[str, Payload]]:
     for key, value in payload.meta.items():
         if key in ("part", "to"):
             continue
-        yield f"meta {key!r} missing", Payload({k: v for k, v in payload.meta.items() if k != key}, dict(payload.tensors))
+        yield f"meta {key!r} missing", Payload({k: v for k, v in payload.meta.items() if k != key},
+                                               dict(payload.tensors))
         wrong: Any = "x" if not isinstance(value, str) else -1
         yield f"meta {key!r} = {wrong!r}", Payload({**payload.meta, key: wrong}, dict(payload.tensors))
 

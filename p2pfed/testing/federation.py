@@ -9,8 +9,8 @@ its neighbours before round r + 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 import networkx as nx
 import torch
@@ -72,7 +72,9 @@ class Federation:
         self.now = 0.0
         self.recorder = Recorder(n)
         self.loops = [DeviceLoop(i, a, self.recorder, clock=lambda: self.now, max_message_bytes=max_message_bytes,
-                                 neighbours=lambda i=i: sorted(self.graph.neighbors(i)), split_parts=split_parts,
+                                 neighbours=cast("Callable[[], list[int]]",
+                                                 lambda i=i: sorted(self.graph.neighbors(i))),
+                                 split_parts=split_parts,
                                  evaluate_when=evaluate_when)
                       for i, a in enumerate(self.algorithms)]
         self.intakes = [Intake(i, a, self.recorder, IntakeRules(max_message_bytes, num_devices=n))

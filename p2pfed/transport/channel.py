@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import zmq
 
@@ -110,7 +111,7 @@ RejectHandler = Callable[[Rejected], None]
 def user_id(frame: zmq.Frame) -> str | None:
     """The ZAP User-Id a frame arrived with (set by an authenticator), or None."""
     try:
-        value = frame.get("User-Id")
+        value = cast("str | None", frame.get("User-Id"))   # a text property
     except (zmq.ZMQError, ValueError, TypeError):
         return None
     return value or None

@@ -215,7 +215,8 @@ def encode(msg: Message, *, max_bytes: int = DEFAULT_MAX_BYTES, require_finite: 
     """Serialise ``msg``; raises CodecError for anything :func:`decode` would reject."""
     head, buffers, _ = _prepare(msg, max_bytes, require_finite)
     # bytes.join copies each buffer once, straight from the (contiguous, LE) arrays.
-    return b"".join([head, *(b.reshape(-1).view(np.uint8) for b in buffers)])
+    # numpy's stubs make ndarray a Buffer only on Python >= 3.12
+    return b"".join([head, *(b.reshape(-1).view(np.uint8) for b in buffers)])  # type: ignore[list-item]
 
 
 def encoded_size(msg: Message, *, max_bytes: int = DEFAULT_MAX_BYTES, require_finite: bool = True) -> int:

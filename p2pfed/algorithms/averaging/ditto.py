@@ -48,7 +48,7 @@ class Ditto(GossipAvg):
     def evaluated_model(self) -> nn.Module:
         return self.personal
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """L2 distance between the personal model (evaluated) and the global one (shared): 0
         would mean Ditto evaluates what gossip averaging would."""
         sq = sum(float(((p.detach() - q.detach()) ** 2).sum())

@@ -52,7 +52,7 @@ def cosine_distances(vectors: np.ndarray) -> np.ndarray:
     """1 - cosine similarity between rows; a zero row is at distance 1 from everything else."""
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    dist = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
+    dist: np.ndarray = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
     np.fill_diagonal(dist, 0.0)
     return dist
 
@@ -116,6 +116,7 @@ class FedClar(GossipAvg):
 
     def _form_cluster(self, peers: list[Received]) -> set[int]:
         """The neighbours clustered with this device by their updates (once, for the rest of the run)."""
+        assert self.update is not None
         updates = np.stack([self.update] + [np.asarray(r.payload.tensors["update"], dtype=np.float32)
                                             for r in peers])
         chosen = cluster_of_first(updates, self.options.threshold)
@@ -133,7 +134,7 @@ class FedClar(GossipAvg):
         self.cluster = None if state["cluster"] is None else set(state["cluster"])
         self.candidates = state["candidates"]
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Whether the device formed its cluster, its members (itself included) and how many
         neighbours' updates it clustered."""
         if self.cluster is None:

@@ -19,6 +19,7 @@ k is lowered for them, ``smote_balance``) instead of being left out of the fine-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -71,7 +72,7 @@ class FedHome(GossipAvg):
         if self.options.balance == "input":
             return ctx.x_train
         ctx.model.eval()
-        features = getattr(ctx.model, "features")   # checked in __init__
+        features: Callable[[torch.Tensor], torch.Tensor] = getattr(ctx.model, "features")   # checked in __init__
         return features(ctx.x_train)
 
     def balanced_set(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +115,7 @@ class FedHome(GossipAvg):
         self.at_start = None if start is None else {k: v.clone() for k, v in start.items()}
         self.fine_tuned = int(state["fine_tuned"])
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Fine-tune rounds run; once it started, the balanced set (samples, of which SMOTE's,
         and classes) and how far the head and the body moved since (L2): the reference trains
         the head only, so its body moves 0."""

@@ -7,7 +7,7 @@ the neighbourhood as in ``gossip-avg``; only they are sent, so fusion cannot tou
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field, ValidationInfo, model_validator
@@ -60,7 +60,7 @@ def split_body_head(model: nn.Module, head_layers: int, model_name: str = "mlp")
 class FedPer(GossipAvg):
     name = "fedper"
     message_kind = "fedper/body"
-    Options = FedPerOptions
+    Options: ClassVar[type[FedPerOptions]] = FedPerOptions
     options: FedPerOptions
 
     def __init__(self, ctx: DeviceContext, options: FedPerOptions) -> None:
@@ -83,7 +83,7 @@ class FedPer(GossipAvg):
         for part, names in (("body", self.body), ("head", self.head)):
             self.fusions_moved[part] += bool(moved.intersection(names))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Fusions that changed the shared body, and the local head (0: it stays on the device)."""
         return {**super().stats(), "fusions_changing_body": self.fusions_moved["body"],
                 "fusions_changing_head": self.fusions_moved["head"]}

@@ -8,6 +8,8 @@ representation is aggregated — here, averaged with the neighbours.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from p2pfed.algorithms.base import TrainingWork
@@ -24,7 +26,7 @@ class FedRepOptions(FedPerOptions):
 class FedRep(FedPer):
     name = "fedrep"
     message_kind = "fedrep/body"
-    Options = FedRepOptions
+    Options: ClassVar[type[FedRepOptions]] = FedRepOptions
     options: FedRepOptions
 
     def body_loss(self) -> ExtraLoss | None:

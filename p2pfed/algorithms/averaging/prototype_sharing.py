@@ -41,7 +41,9 @@ class PrototypeSharing(Algorithm):
     def prototype_parts(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """This device's prototypes as payload meta and tensors (computed from the current model)."""
         ctx = self.ctx
-        classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
+        # any model with ``features(x)`` (``prototype_dim`` checks it), not only the MLP it is annotated with
+        classes, protos, counts = class_prototypes(ctx.model,  # type: ignore[arg-type]
+                                                   ctx.x_train, ctx.y_train, ctx.num_classes)
         self.own_prototypes = (classes, protos, counts)
         return ({"proto_classes": [int(c) for c in classes], "proto_counts": [int(n) for n in counts]},
                 {"prototypes": protos})
@@ -96,7 +98,7 @@ class PrototypeSharing(Algorithm):
         protos, known = self.averaged
         return prototype_loss(protos, known, self.options.proto_weight)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Trainings pulled toward averaged prototypes, and the classes those cover (of which
         some from peers only: the collaboration a device gets)."""
         out = {**super().stats(), "prototype_pulls": self.prototype_pulls}

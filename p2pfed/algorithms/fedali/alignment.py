@@ -13,6 +13,7 @@ stop-gradient); only the GLU's weights are.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +60,9 @@ class ALPLayer(nn.Module):
     alike, so all start from the same layer, as a server's first broadcast would give them.
     """
 
+    local_prototypes: torch.Tensor    # buffers, registered in __init__
+    global_prototypes: torch.Tensor
+
     def __init__(self, dim: int, num_prototypes: int, *, beta: float, gamma: float, epsilon: float,
                  iterations: int, generator: torch.Generator) -> None:
         super().__init__()
@@ -90,7 +94,7 @@ class ALPLayer(nn.Module):
         if self.training:
             self.last_marginal_error = marginal_error(plan)
             assigned = plan[:, g:].argmax(dim=1)
-            self.last_global_used.update(int(i) for i in assigned.unique())
+            self.last_global_used.update(int(i) for i in assigned.unique())  # type: ignore[no-untyped-call]
             matched = self.global_prototypes[assigned]
             self._follow(x_norm.detach(), plan[:, :g])
         else:
@@ -144,7 +148,8 @@ class AlignedModel(nn.Module):
         self.alp = alp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body.head(self.alp(self.body.features(x)))
+        body: Any = self.body   # a model of the user's own, with ``features`` and a ``head``
+        return cast(torch.Tensor, body.head(self.alp(body.features(x))))
 
 
 def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float]) -> torch.Tensor:

@@ -17,7 +17,7 @@ the paper found better than keeping them (Sec. 4, last paragraph).
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -89,8 +89,7 @@ class FedAli(Algorithm):
 
     @property
     def alp(self) -> ALPLayer:
-        alp: ALPLayer = self.net.alp
-        return alp
+        return cast(ALPLayer, self.net.alp)
 
     # -- Algorithm -----------------------------------------------------------------------------
     def train(self, round: int) -> TrainingWork:

@@ -29,7 +29,7 @@ Serverless adaptations (the poster has a server and gives no aggregation formula
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -149,13 +149,14 @@ class FedPeWSFixed(Algorithm):
 
     name = "fedpews-fixed"
     message_kind = "fedpews/subnetwork"
-    Options = FedPeWSFixedOptions
+    Options: ClassVar[type[WarmupOptions]] = FedPeWSFixedOptions
+    options: WarmupOptions
 
     def __init__(self, ctx: DeviceContext, options: WarmupOptions) -> None:
         super().__init__(ctx, options)
         self.model = require_mlp(ctx, self.name)
         self.warmup_rounds = ctx.rounds // 4 if options.warmup_rounds is None else options.warmup_rounds
-        self.sizes = hidden_sizes(ctx.model)
+        self.sizes = hidden_sizes(self.model)
         self.units: UnitMasks | None = None   # the neuron mask trained (and sent) in the last round
         self.phase = "warmup" if self.warmup_rounds > 0 else "full"
         self.warmup_rounds_done = 0
@@ -165,14 +166,16 @@ class FedPeWSFixed(Algorithm):
     # -- the subnetwork of a round -------------------------------------------------------------
     def round_units(self) -> UnitMasks:
         """The predefined subnetwork of this device's group."""
-        o = self.options
+        o = cast(FedPeWSFixedOptions, self.options)
         return fixed_units(self.sizes, o.groups, self.ctx.device_id % o.groups, o.shared_fraction)
 
     def train_warmup(self) -> None:
+        assert self.units is not None
         train_subnetwork(self.model, self.units, self.ctx.x_train, self.ctx.y_train,
                          self.ctx.training, self.ctx.torch_generator)
 
     def warmup_tensors(self) -> dict[str, np.ndarray]:
+        assert self.units is not None
         return encode_subnetwork(self.model, self.units)
 
     # -- Algorithm -------------------------------------------------------------------------------
@@ -283,6 +286,7 @@ class FedPeWS(FedPeWSFixed):
     name = "fedpews"
     message_kind = "fedpews/subnetwork"
     Options = FedPeWSOptions
+    options: FedPeWSOptions
 
     def __init__(self, ctx: DeviceContext, options: FedPeWSOptions) -> None:
         super().__init__(ctx, options)
@@ -296,10 +300,12 @@ class FedPeWS(FedPeWSFixed):
 
     def neighbour_theta(self) -> torch.Tensor | None:
         """θ_{g∖{i}}: the mean of the mask probabilities the neighbours last sent."""
-        thetas = [self.cache[k].parsed.theta for k in sorted(self.cache) if self.cache[k].parsed.theta is not None]
+        cache = cast("dict[int, Received]", self.cache)   # keyed by peer id: shares come whole
+        thetas = [cache[k].parsed.theta for k in sorted(cache) if cache[k].parsed.theta is not None]
         return torch.stack(thetas).mean(dim=0) if thetas else None
 
     def train_warmup(self) -> None:
+        assert self.units is not None
         target = self.neighbour_theta()
         lam = self.options.lam
         penalty = None if target is None or lam == 0 else (
@@ -314,7 +320,9 @@ class FedPeWS(FedPeWSFixed):
         return {**super().warmup_tensors(), "theta": theta}
 
     def _last_warmup_units(self) -> UnitMasks:
-        return self.last_units if self.last_units is not None else self.units
+        units = self.last_units if self.last_units is not None else self.units
+        assert units is not None
+        return units
 
     def stats(self) -> dict[str, Any]:
         """Besides FedPeWS-Fixed's: the mean mask probability σ(s) and how far the scores moved

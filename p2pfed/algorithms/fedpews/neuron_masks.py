@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -70,7 +71,7 @@ def straight_through(units: Sequence[torch.Tensor], scores: Sequence[torch.Tenso
 def masked_forward(model: nn.Module, masks: ParamMasks, x: torch.Tensor) -> torch.Tensor:
     """The model's output with every parameter multiplied by its mask (x ⊙ m)."""
     params = {name: p * masks[name].to(p.dtype) for name, p in model.named_parameters()}
-    return functional_call(model, params, (x,))
+    return cast(torch.Tensor, functional_call(model, params, (x,)))
 
 
 @torch.no_grad()
@@ -122,7 +123,7 @@ def train_subnetwork(model: MLP, units: Sequence[torch.Tensor], x: torch.Tensor,
                 opt.zero_grad(set_to_none=True)
                 if score_opt is not None:
                     score_opt.zero_grad(set_to_none=True)
-                total.backward()
+                total.backward()   # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
                 opt.step()
                 if score_opt is not None:
                     score_opt.step()

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def _as_points(points: np.ndarray) -> np.ndarray:
 def _sq_dists(x: np.ndarray, x_sq: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Squared distances (R, n, k) between the rows of ``x`` and each run's centers (R, k, d)."""
     c_sq = np.einsum("rkd,rkd->rk", centers, centers)
-    d = x_sq[None, :, None] - 2.0 * np.matmul(x, centers.transpose(0, 2, 1)) + c_sq[:, None, :]
+    d: np.ndarray = x_sq[None, :, None] - 2.0 * np.matmul(x, centers.transpose(0, 2, 1)) + c_sq[:, None, :]
     np.maximum(d, 0.0, out=d)
     return d
 
@@ -137,7 +137,7 @@ def _kmeanspp(x: np.ndarray, pair_sq: np.ndarray, k: int, runs: int,
 
 def _onehot(labels: np.ndarray, k: int) -> np.ndarray:
     """Float indicators (..., k, n) of labels (..., n): one comparison, no scatter."""
-    return (labels[..., None, :] == np.arange(k)[:, None]).astype(np.float64)
+    return cast(np.ndarray, (labels[..., None, :] == np.arange(k)[:, None]).astype(np.float64))
 
 
 def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -273,7 +273,7 @@ def _first_appearance(labels: np.ndarray) -> np.ndarray:
     uniq, first = np.unique(labels, return_index=True)
     remap = np.empty(int(uniq[-1]) + 1, dtype=np.intp)
     remap[uniq] = np.argsort(np.argsort(first))
-    return remap[labels]
+    return cast(np.ndarray, remap[labels])
 
 
 def _one_cluster(n: int) -> Clustering:
@@ -586,7 +586,7 @@ def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> No
         full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
         scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
         for j, r in enumerate(rows):
-            sweeps[r].offer(k, labels[j], lambda j=j: scores[j])
+            sweeps[r].offer(k, labels[j], cast("Callable[[], float]", lambda j=j: scores[j]))
 
 
 def _seedings(st: _Stack, ks: range, seed: int, runs: int) -> dict[int, np.ndarray]:
@@ -661,7 +661,7 @@ def _sq_dists_stack(st: _Stack, centers: np.ndarray) -> np.ndarray:
     c_sq = np.einsum("rkd,rkd->rk", centers.reshape(-1, k, d),
                      centers.reshape(-1, k, d)).reshape(b_count, runs, k)
     # x_sq - 2 x.c + c_sq, evaluated in that order (as _sq_dists), in place
-    dist = np.matmul(st.x[:, None], centers.transpose(0, 1, 3, 2))
+    dist: np.ndarray = np.matmul(st.x[:, None], centers.transpose(0, 1, 3, 2))
     np.multiply(dist, 2.0, out=dist)
     np.subtract(st.x_sq[:, None, :, None], dist, out=dist)
     np.add(dist, c_sq[:, :, None, :], out=dist)
@@ -721,7 +721,7 @@ def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> np.nd
                      centers.reshape(-1, k, centers.shape[3])).reshape(b_count, runs, k)
     inertia = st.x_sq.sum(axis=1)[:, None] - (counts * c_sq).sum(axis=2)
     best = np.argmin(inertia, axis=1)
-    return labels[np.arange(b_count), best]
+    return cast(np.ndarray, labels[np.arange(b_count), best])
 
 
 def _dbi_stack(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -159,7 +159,7 @@ def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -
     classes = sorted(units)
     union = union_units(units)
     dtype = np.float16 if float16 else np.float32
-    total = sum(l.out_features for l in model.layers)
+    total = sum(layer.out_features for layer in model.layers)
     bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
             else np.zeros((0, total), dtype=bool))
     tensors: dict[str, np.ndarray] = {"units": np.packbits(bits, axis=1)}   # 8 units per byte
@@ -176,11 +176,12 @@ def decode_subnetworks(model: MLP, classes: list[int], payload: Payload
     builds from the arrays (unit masks, the dense copy) goes into ``payload.memo``: the receivers
     of a broadcast in the simulators share it (read-only), each checking the arrays' shapes
     against its own model first."""
-    sizes = tuple(l.out_features for l in model.layers)
+    sizes = tuple(layer.out_features for layer in model.layers)
     packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
-    key = ("fedsub/subnetworks", tuple(classes), tuple((l.out_features, l.in_features) for l in model.layers))
+    key = ("fedsub/subnetworks", tuple(classes),
+           tuple((layer.out_features, layer.in_features) for layer in model.layers))
     decoded = payload.remember(key, lambda: _DecodedUnits(packed, classes, sizes))
     sent = [(expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
              expect_array(payload, f"layers.{i}.bias", (n,)))
@@ -197,7 +198,7 @@ class _DecodedUnits:
         bits.flags.writeable = False   # the class masks are views into it
         spans = list(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)))
         self.units = {c: [bits[j, a:b] for a, b in spans] for j, c in enumerate(classes)}
-        any_class = bits.any(axis=0)
+        any_class = cast(np.ndarray, bits.any(axis=0))
         self.rows = [any_class[a:b] for a, b in spans]
         self.row_counts = [int(r.sum()) for r in self.rows]
         self._dense: dict[str, torch.Tensor] | None = None
@@ -253,7 +254,7 @@ class FedSub(Algorithm):
 
     def __init__(self, ctx: DeviceContext, options: FedSubOptions) -> None:
         super().__init__(ctx, options)
-        require_mlp(ctx, self.name)
+        self.model = require_mlp(ctx, self.name)   # ctx.model, as the MLP it must be
         self.own: Artifacts | None = None
         # One memo of K sweeps for every device in the process (content-keyed).
         self.clusterings: ClusteringCache = ctx.shared.setdefault("fedsub/clustering", ClusteringCache())
@@ -266,7 +267,7 @@ class FedSub(Algorithm):
 
     @property
     def prototype_dim(self) -> int:
-        layers = self.ctx.model.layers
+        layers = self.model.layers
         return layers[0].in_features if self.options.prototypes == "input" else layers[-1].in_features
 
     # -- client side (Alg. 1) --------------------------------------------------------------
@@ -292,14 +293,14 @@ class FedSub(Algorithm):
         if o.prototypes == "input":
             classes, protos, counts = class_means(ctx.x_train, ctx.y_train, ctx.num_classes)
         else:
-            classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
+            classes, protos, counts = class_prototypes(self.model, ctx.x_train, ctx.y_train, ctx.num_classes)
         shared = perturb(protos, o.proto_noise, ctx.rng, sigma=o.proto_noise_sigma,
                          epsilon=o.proto_noise_epsilon, sensitivity=o.proto_noise_sensitivity)
         self.protos = ClassPrototypes(classes, protos, counts, shared, visible)
         return self.protos
 
     def _extract(self) -> ClassPrototypes:
-        model, x, y = self.ctx.model, self.ctx.x_train, self.ctx.y_train
+        model, x, y = self.model, self.ctx.x_train, self.ctx.y_train
         protos = self._prototypes()
         units = extract_unit_masks(self.options.extraction, model, x, y, protos.classes)
         values = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -310,19 +311,22 @@ class FedSub(Algorithm):
 
     def _subnetwork_tensors(self, classes: list[int]) -> dict[str, np.ndarray]:
         """The encoded subnetworks of ``classes``, counted in both byte accountings."""
-        units = {c: self.own.units[c] for c in classes}
-        tensors = encode_subnetworks(self.ctx.model, units, self.options.float16)
+        own = self.own
+        assert own is not None and own.units is not None   # set by the share's extraction
+        units = {c: own.units[c] for c in classes}
+        tensors = encode_subnetworks(self.model, units, self.options.float16)
         value_bytes = 2 if self.options.float16 else 4
         self.counters["subnet_messages"] += 1
         self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
         # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
         self.counters["paper_style_bytes"] += value_bytes * sum(
             int(np.count_nonzero(u)) * (layer.in_features + 1)   # a kept unit: its weight row and bias
-            for c in classes for layer, u in zip(self.ctx.model.layers, units[c]))
+            for c in classes for layer, u in zip(self.model.layers, units[c]))
         return tensors
 
     def _meta(self, protos: ClassPrototypes, classes: list[int] | None = None) -> dict[str, Any]:
         own = self.own
+        assert own is not None
         keep = own.classes if classes is None else classes
         idx = [own.classes.index(c) for c in keep]
         return {"classes": list(keep), "counts": [int(protos.counts[j]) for j in idx],
@@ -334,6 +338,7 @@ class FedSub(Algorithm):
         two-phase: the prototypes to all, with this device's requests, and to each peer only the
         subnetworks it requested, addressed to it."""
         protos = self._extract()
+        assert self.own is not None
         if self.options.exchange == "broadcast":
             meta = self._meta(protos)
             return [Payload({**meta, "part": "prototypes"}, {"prototypes": protos.shared}),
@@ -348,6 +353,7 @@ class FedSub(Algorithm):
 
     def _requested_from_me(self) -> dict[int, list[int]]:
         """Per peer that can be reached now, the classes it asked this device for (and it holds)."""
+        assert self.own is not None
         me, mine = self.ctx.device_id, set(self.own.classes)
         reachable = set(self.ctx.neighbours()) if self.ctx.neighbours is not None else None
         out: dict[int, list[int]] = {}
@@ -360,13 +366,13 @@ class FedSub(Algorithm):
                 out[sender] = wanted
         return out
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Over the whole run: the K chosen per class clustering next to the literal rule's, this
         device's cluster size (itself included), how often a class fusion had >= 1 cluster-mate's
         subnetwork, and the mean subnetwork message's tensor bytes in our encoding (the union of
         the class subnetworks once) and in the papers' accounting (each class counted apart)."""
         n = self.counters
-        out: dict = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
+        out: dict[str, Any] = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
         if n["clusterings"]:
             out["k_mean"] = n["k_sum"] / n["clusterings"]
             out["literal_k_mean"] = n["literal_k_sum"] / n["clusterings"]
@@ -387,8 +393,10 @@ class FedSub(Algorithm):
         own, protos = self.own, self.protos
         own_state = None if own is None else {
             "classes": list(own.classes), "prototypes": array_state(own.prototypes),
-            "scores": list(own.scores), "values": {k: v.clone() for k, v in own.values.items()},
-            "units": {c: [array_state(u) for u in masks] for c, masks in own.units.items()}}
+            "scores": list(own.scores),
+            "values": {k: v.clone() for k, v in cast("dict[str, torch.Tensor]", own.values).items()},
+            "units": {c: [array_state(u) for u in masks]
+                      for c, masks in cast("dict[int, UnitMasks]", own.units).items()}}
         protos_state = None if protos is None else {
             "classes": array_state(protos.classes), "prototypes": array_state(protos.prototypes),
             "counts": array_state(protos.counts), "shared": array_state(protos.shared),
@@ -425,10 +433,10 @@ class FedSub(Algorithm):
         return payload.remember(self._parse_key, lambda: self._parse_checked(payload))
 
     @cached_property
-    def _parse_key(self) -> tuple:
+    def _parse_key(self) -> tuple[Any, ...]:
         """What a check of a message depends on besides the message (the model's shapes are
         fixed for a run)."""
-        shapes = tuple((l.out_features, l.in_features) for l in self.ctx.model.layers)
+        shapes = tuple((layer.out_features, layer.in_features) for layer in self.model.layers)
         return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, shapes)
 
     def _parse_checked(self, payload: Payload) -> Artifacts:
@@ -450,7 +458,7 @@ class FedSub(Algorithm):
             protos.setflags(write=False)   # shared by the message's receivers
             requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
-            units, values = decode_subnetworks(self.ctx.model, classes, payload)
+            units, values = decode_subnetworks(self.model, classes, payload)
         return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
                          values=values, units=units, requests=requests)
 
@@ -462,7 +470,8 @@ class FedSub(Algorithm):
         """Per peer in the cache: its newest prototypes with its newest subnetworks, from
         whichever parts hold them (a peer known only by its subnetworks is not in the view: it
         cannot be clustered)."""
-        senders = sorted({k[0] if isinstance(k, tuple) else k for k in self.cache})
+        cache = cast("dict[int | tuple[int, str], Received]", self.cache)   # keyed by peer, or (peer, part)
+        senders = sorted({k[0] if isinstance(k, tuple) else k for k in cache})
         merged = {s: self._merged_peer(s) for s in senders}
         return {s: art for s, art in merged.items() if art is not None}
 
@@ -487,7 +496,7 @@ class FedSub(Algorithm):
         """Unit masks (members × rows) with the layers past ``shared_layers`` cleared (partial depth)."""
         if self.options.depth == "full":
             return rows
-        shared = sum(layer.out_features for layer in self.ctx.model.layers[:self.options.shared_layers])
+        shared = sum(layer.out_features for layer in self.model.layers[:self.options.shared_layers])
         kept = rows.copy()
         kept[:, shared:] = False
         return kept
@@ -510,7 +519,7 @@ class FedSub(Algorithm):
         first = view[me].classes
         if classes and not predicted and all(a.classes == first for a in view.values()):
             # every member holds every class, in one order: one stack, a slice per class (equal)
-            stacked = np.stack([view[m].prototypes for m in members_of[classes[0]]])
+            stacked = np.stack([cast(np.ndarray, view[m].prototypes) for m in members_of[classes[0]]])
             point_sets = [np.ascontiguousarray(stacked[:, first.index(c)]) for c in classes]
         else:
             point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
@@ -539,7 +548,7 @@ class FedSub(Algorithm):
         weighted sums of the mates' rows (``row_fusion``)."""
         me, o = self.ctx.device_id, self.options
         view, held, classes, members_of = seen.view, seen.held, seen.classes, seen.members_of
-        model = self.ctx.model
+        model = self.model
         clusters: list[ClassCluster] = []
         member_values: list[dict[str, torch.Tensor]] = []
         position: dict[int, int] = {}   # device id -> index into member_values
@@ -556,7 +565,8 @@ class FedSub(Algorithm):
                     requests.setdefault(m, []).append(c)
             # A peer known only by its prototypes shapes the clusters but has no parameters to give.
             mates = [m for m in cluster
-                     if c in held[m] and view[m].values is not None and c in view[m].units]
+                     if c in held[m] and view[m].values is not None
+                     and c in cast("dict[int, UnitMasks]", view[m].units)]
             if c in held[me]:
                 self.counters["class_fusions"] += 1
                 self.counters["mate_fusions"] += any(m != me for m in mates)
@@ -566,7 +576,9 @@ class FedSub(Algorithm):
             for m in mates:
                 if m not in position:
                     position[m] = len(member_values)
-                    member_values.append(view[m].values)
+                    values = view[m].values
+                    assert values is not None   # a mate holds its subnetworks
+                    member_values.append(values)
             clusters.append(ClassCluster(members=[position[m] for m in mates],
                                          units=self._fusable(np.stack([view[m].unit_row[c] for m in mates])),
                                          scores=[view[m].score_of[c] for m in mates]))
@@ -582,7 +594,7 @@ class FedSub(Algorithm):
         n["cluster_size_sum"] += cluster_size
 
 
-def _key_order(key: Any) -> tuple:
+def _key_order(key: Any) -> tuple[Any, ...]:
     return key if isinstance(key, tuple) else (key, "")
 
 

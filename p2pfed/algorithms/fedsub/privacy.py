@@ -43,5 +43,6 @@ def perturb(prototypes: np.ndarray, kind: NoiseKind, rng: np.random.Generator, *
     if kind == "gaussian":
         noise = rng.normal(0.0, std, size=x.shape)
     else:
+        assert epsilon is not None   # noise_std checked it
         noise = rng.laplace(0.0, sensitivity / epsilon, size=x.shape)
     return (x + noise).astype(np.float32)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ def row_weights(rule: str, units: np.ndarray, scores: Sequence[float]) -> tuple[
     highest score's rows (first on ties)."""
     w = _normalised(scores)
     if rule == "overlap":
-        held = units.all(axis=0)
+        held = cast(np.ndarray, units.all(axis=0))
         return np.outer(w / w.sum(), held), held
     if rule == "cluster-avg":
         wm = w[:, None] * units

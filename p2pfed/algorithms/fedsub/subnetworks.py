@@ -82,7 +82,7 @@ def _alpha_beta_step(a: torch.Tensor, w: torch.Tensor, rel: torch.Tensor, alpha:
     return back
 
 
-def lrp_unit_masks(alpha: float, beta: float):
+def lrp_unit_masks(alpha: float, beta: float) -> Extractor:
     """LRP extraction (FedSub Eq. 4): keep the units whose mean relevance for the class is > 0."""
 
     def extract(model: MLP, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray) -> dict[int, UnitMasks]:

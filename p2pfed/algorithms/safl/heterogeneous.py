@@ -33,7 +33,8 @@ class SubModel:
 
 
 def masked_mean(values: Sequence[dict[str, torch.Tensor]], holds: Sequence[dict[str, torch.Tensor]],
-                weights: Sequence[float], names: Sequence[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                weights: Sequence[float],
+                names: Sequence[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Per element, the weighted mean over the models that hold it (0 where none does), and the
     total weight of those holders. Accumulated in float64 so peer order only affects rounding."""
     mean, weight = {}, {}

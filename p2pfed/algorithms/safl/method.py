@@ -1,8 +1,8 @@
 """``safl``: SAFL without a server — clustered, guided Network-Slimming pruning, then Hermes.
 
 Follows Nan Li, Xiaolu Wang, Xiao Du, Puyu Cai, Ting Wang, *Personalized Federated Learning
-via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden layer has a
-scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
+via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden
+layer has a scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
 
 Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_0..r_{T-1}
 (``target_rate`` in steps of ``rate_step``, Sec. IV-C), each round on every device:
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -122,13 +122,15 @@ class Safl(Algorithm):
             for j in range(self.options.clusters):
                 init = build_model(m.layers[0].in_features, m.num_classes, sizes,
                                    seed=(self._init_seed + 7919 * (j + 1)) % 2**32, unit_gates=True)
-                self._initial[j] = SubModel(full_masks(init), {n: p.detach().clone() for n, p in init.named_parameters()})
+                self._initial[j] = SubModel(full_masks(init),
+                                            {n: p.detach().clone() for n, p in init.named_parameters()})
         return self._initial
 
     def peer_submodels(self) -> list[tuple[int, SubModel, float]]:
         """(cluster, sub-model, pruning rate) of every neighbour's newest share, in peer order."""
-        return [(int(self.cache[k].payload.meta["cluster"]), self.cache[k].parsed,
-                 float(self.cache[k].payload.meta["rate"])) for k in sorted(self.cache)]
+        cache = cast("dict[int, Received]", self.cache)   # keyed by peer id: shares come whole
+        return [(int(cache[k].payload.meta["cluster"]), cache[k].parsed,
+                 float(cache[k].payload.meta["rate"])) for k in sorted(cache)]
 
     def cluster_candidates(self) -> dict[int, SubModel]:
         """Per cluster present among the neighbours, the fusion of its members' sub-models (Fig. 3)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss
@@ -95,6 +97,7 @@ def kept_parameter_fraction(model: MLP, masks: KeepMasks) -> float:
 @torch.no_grad()
 def zero_pruned_gates(model: MLP, masks: KeepMasks) -> None:
     """Set the factors of pruned units to 0, which removes them from the function."""
+    assert model.gates is not None   # SAFL's MLP has unit gates
     for g, m in zip(model.gates, masks):
         g.mul_(torch.as_tensor(np.asarray(m, dtype=bool), dtype=g.dtype))
 
@@ -103,6 +106,7 @@ def zero_pruned_gates(model: MLP, masks: KeepMasks) -> None:
 def pruned_units_frozen(model: MLP, masks: KeepMasks) -> Iterator[None]:
     """Train the pruned sub-model only: pruned gates get no gradient, so they stay 0 (and with a
     zero gate the unit's incoming and outgoing weights get none either)."""
+    assert model.gates is not None   # SAFL's MLP has unit gates
     hooks = [g.register_hook(lambda grad, keep=torch.as_tensor(np.asarray(m, dtype=bool), dtype=g.dtype): grad * keep)
              for g, m in zip(model.gates, masks)]
     try:
@@ -117,9 +121,9 @@ def guided_sparsity_loss(lam: float, mu: float, guide: list[torch.Tensor] | None
     sparsity) + mu * sum_b ||g_b - g_b^cluster||_1 (pull toward the cluster's factors; dropped
     when there is no ``guide``)."""
 
-    def term(model, x, y, logits) -> torch.Tensor:
+    def term(model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         total = logits.new_zeros(())
-        for i, g in enumerate(model.gates):
+        for i, g in enumerate(cast(nn.ParameterList, model.gates)):   # SAFL's MLP, with unit gates
             if lam:
                 total = total + lam * g.abs().sum()
             if mu and guide is not None:

@@ -30,6 +30,7 @@ def encode_submodel(model: MLP, masks: KeepMasks, **meta: object) -> Payload:
         w = layer.weight.detach().numpy()
         tensors[f"layers.{i}.weight"] = w[np.ix_(rows[i], cols[i])].astype(np.float32)
         tensors[f"layers.{i}.bias"] = layer.bias.detach().numpy()[rows[i]].astype(np.float32)
+    assert model.gates is not None   # SAFL's MLP has unit gates
     for i, g in enumerate(model.gates):
         tensors[f"gates.{i}"] = g.detach().numpy()[rows[i]].astype(np.float32)
     return Payload(meta=dict(meta), tensors=tensors)
@@ -78,7 +79,8 @@ class _KeptUnits:
             dense_w[np.ix_(self.rows[i], self.cols[i])] = w
             dense_b = np.zeros(layer.out_features, dtype=np.float32)
             dense_b[self.rows[i]] = b
-            values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = torch.from_numpy(dense_w), torch.from_numpy(dense_b)
+            values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = (torch.from_numpy(dense_w),
+                                                                        torch.from_numpy(dense_b))
         for i, m in enumerate(self.masks):
             g = expect_array(payload, f"gates.{i}", (int(m.sum()),), check=_finite)
             dense_g = np.zeros(m.size, dtype=np.float32)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import networkx as nx
 import numpy as np
@@ -12,10 +13,13 @@ from p2pfed.engine.contacts.plan import ContactError, ContactPlan, make_contact,
 from p2pfed.engine.contacts.poisson import poisson_contacts
 from p2pfed.engine.contacts.traces import map_nodes, read_trace
 
+if TYPE_CHECKING:
+    from p2pfed.scenario.schema import ContactsSection
+
 DEFAULT_DURATION_S = 3600.0
 
 
-def build_contact_plan(section, num_devices: int, *, seed: int, graph: nx.Graph | None = None,
+def build_contact_plan(section: ContactsSection, num_devices: int, *, seed: int, graph: nx.Graph | None = None,
                        file: Path | None = None) -> tuple[ContactPlan, float]:
     """Build the contacts the section asks for; returns the plan and the run's duration in seconds."""
     s = section
@@ -27,8 +31,10 @@ def build_contact_plan(section, num_devices: int, *, seed: int, graph: nx.Graph 
         return ContactPlan(num_devices, static_contacts(graph)), duration or DEFAULT_DURATION_S
     if s.kind == "random-waypoint":
         duration = duration or DEFAULT_DURATION_S
-        contacts = random_waypoint_contacts(num_devices, duration, area_m=tuple(s.area_m),
-                                            speed_mps=tuple(s.speed_mps), pause_s=tuple(s.pause_s),
+        contacts = random_waypoint_contacts(num_devices, duration,
+                                            area_m=cast("tuple[float, float]", tuple(s.area_m)),
+                                            speed_mps=cast("tuple[float, float]", tuple(s.speed_mps)),
+                                            pause_s=cast("tuple[float, float]", tuple(s.pause_s)),
                                             range_m=s.range_m, step_s=s.step_s,
                                             bandwidth_bps=s.bandwidth_bps, latency_s=s.latency_s, rng=rng)
         return ContactPlan(num_devices, contacts), duration

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -129,8 +130,8 @@ def waypoint_legs(num_devices: int, last_t: float, *, area_m: tuple[float, float
     if not parts:
         empty, empty2 = np.empty(0), np.empty((0, 2))
         return Legs(empty, empty, empty, empty, empty2, empty2, first)
-    cols = [np.concatenate(c) for c in zip(*parts)]
-    return Legs(*cols, first=first)
+    start, arrive, end, travel, origin, target = [np.concatenate(c) for c in zip(*parts)]
+    return Legs(start, arrive, end, travel, origin, target, first)
 
 
 def positions_over_time(legs: Legs, times: np.ndarray) -> Iterator[np.ndarray]:
@@ -183,7 +184,7 @@ def _sorted_member(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros(a.size, dtype=bool)
     idx = np.searchsorted(b, a)
     idx[idx == b.size] = 0
-    return b[idx] == a
+    return cast(np.ndarray, b[idx] == a)
 
 
 def in_range_pairs(positions: Iterator[np.ndarray], num_devices: int, range_m: float,

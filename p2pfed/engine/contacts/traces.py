@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import gzip
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from p2pfed.engine.contacts.plan import ContactError
 from p2pfed.textfile import not_text
@@ -38,7 +39,7 @@ class TraceContact:
 def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
     if not path.exists():
         raise ContactError(f"{path}: trace file not found")
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener: Callable[..., IO[Any]] = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
@@ -73,7 +74,9 @@ def _id_key(node: str) -> tuple[int, int | str]:
 
 
 def read_one(path: Path) -> list[TraceContact]:
-    contacts, open_since, last_time = [], {}, 0.0
+    contacts: list[TraceContact] = []
+    open_since: dict[tuple[str, str], float] = {}
+    last_time = 0.0
     for number, f in _lines(path):
         if len(f) != 5 or f[1] != "CONN" or f[4] not in ("up", "down"):
             raise ContactError(f"{path}:{number}: expected '<time> CONN <a> <b> up|down', got {' '.join(f)!r}")
@@ -143,7 +146,7 @@ def read_trace(path: Path, fmt: str, *, window_s: float = 20.0) -> list[TraceCon
     raise ContactError(f"unknown trace format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
-def map_nodes(contacts: list[TraceContact], num_devices: int, rule: str | list, *,
+def map_nodes(contacts: list[TraceContact], num_devices: int, rule: str | list[int | str], *,
               allow_mismatch: bool = False, source: str = "trace") -> dict[str, int]:
     """Trace id -> device index, by a documented rule.
 
