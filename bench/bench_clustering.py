@@ -1,4 +1,4 @@
-"""Benchmark: fast DBI sweep (p2pfed.algorithms.fedsub.clustering) vs scikit-learn, 36 prototypes x 512 dims.
+"""Benchmark: the one-problem DBI sweep (tests/reference_clustering.py) vs scikit-learn, 36 x 512 dims.
 
 Also reports which K the DBI picks on unstructured prototypes (pure Gaussian noise), where any
 "structure" found is spurious. Run: python bench/bench_clustering.py
@@ -7,14 +7,17 @@ Also reports which K the DBI picks on unstructured prototypes (pure Gaussian noi
 from __future__ import annotations
 
 import time
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import davies_bouldin_score
 from threadpoolctl import threadpool_limits
 
-from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the one-problem path lives in tests/
+from tests.reference_clustering import choose_k_by_dbi  # noqa: E402
 
 
 def sklearn_sweep(x: np.ndarray, n_init: int) -> int:

@@ -10,11 +10,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi, choose_k_by_dbi_many
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the one-problem path lives in tests/
+from tests.reference_clustering import choose_k_by_dbi  # noqa: E402
 
 
 def best_of(fn, repeats: int) -> float:

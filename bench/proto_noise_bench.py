@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, calinski_harabasz_score, davies_bouldin_score
 
-from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.learning.prototypes import class_prototypes
 from p2pfed.learning.training import train_epochs
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
@@ -76,7 +76,7 @@ def main() -> None:
                 dbi.append(davies_bouldin_score(noisy, labels))
                 ch.append(calinski_harabasz_score(noisy, labels))
                 ari.append(adjusted_rand_score(clean[c], labels))
-                sweep_k.append(choose_k_by_dbi(noisy, seed=args.seed).k)
+                sweep_k.append(choose_k_by_dbi_many([noisy], seed=args.seed)[0].k)
         rows.append({"sigma": sigma, "sigma_vs_spread": round(sigma / spread, 4),
                      "dbi": round(float(np.mean(dbi)), 4), "dbi_std": round(float(np.std(dbi)), 4),
                      "calinski_harabasz": round(float(np.mean(ch)), 3),

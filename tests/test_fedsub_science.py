@@ -11,7 +11,7 @@ from p2pfed.algorithms.base import Algorithm, Payload, Received
 from p2pfed.cli.main import main
 from p2pfed.engine.contacts import ContactPlan, make_contact
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
-from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi
+from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
@@ -28,30 +28,35 @@ def _blobs(seed: int = 0, per_blob: int = 12, dim: int = 8) -> np.ndarray:
     return np.concatenate([c + rng.normal(0, 1, size=(per_blob, dim)) for c in centres])
 
 
+def one_sweep(points, **params):
+    """The K sweep the package runs, of one point set."""
+    return choose_k_by_dbi_many([points], **params)[0]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_three_separated_blobs_give_three_clusters_with_the_default_rule(seed):
     points = _blobs(seed)
-    sized = choose_k_by_dbi(points, k_rule="min-size", min_cluster_size=2)
+    sized = one_sweep(points, k_rule="min-size", min_cluster_size=2)
     assert sized.k == 3
     assert sorted(np.bincount(sized.labels)) == [12, 12, 12]
-    assert choose_k_by_dbi(points, k_rule="half").k == 3
+    assert one_sweep(points, k_rule="half").k == 3
     # the journal's literal rule falls for DBI's degenerate optimum: (near-)singletons
-    literal = choose_k_by_dbi(points, k_rule="literal")
+    literal = one_sweep(points, k_rule="literal")
     assert literal.k > 12 and sized.literal_k == literal.k
 
 
 def test_small_sets_stay_one_cluster_under_the_bounded_rules():
     three = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]])
-    assert choose_k_by_dbi(three, k_rule="min-size", min_cluster_size=2).k == 1   # K=2 has a singleton
-    assert choose_k_by_dbi(three, k_rule="half").k == 1
-    assert choose_k_by_dbi(three, k_rule="literal").k == 2
+    assert one_sweep(three, k_rule="min-size", min_cluster_size=2).k == 1   # K=2 has a singleton
+    assert one_sweep(three, k_rule="half").k == 1
+    assert one_sweep(three, k_rule="literal").k == 2
     four = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
     for rule in ("min-size", "half"):
-        assert choose_k_by_dbi(four, k_rule=rule, min_cluster_size=2).k == 2
+        assert one_sweep(four, k_rule=rule, min_cluster_size=2).k == 2
     # two clear pairs, yet the literal rule splits one: a singleton's zero scatter lowers the DBI
-    assert choose_k_by_dbi(four, k_rule="literal", min_cluster_size=2).k == 3
+    assert one_sweep(four, k_rule="literal", min_cluster_size=2).k == 3
     with pytest.raises(ValueError, match="k_rule"):
-        choose_k_by_dbi(four, k_rule="largest")
+        one_sweep(four, k_rule="largest")
 
 
 def _run(repo_root, tmp_path, name, extra, scenario="synthetic-small.yaml"):

@@ -1,4 +1,6 @@
-"""Tests for the fast K-means / DBI prototype clustering, with scikit-learn as the reference."""
+"""Tests for the fast K-means / DBI prototype clustering: the one-problem path
+(``tests/reference_clustering.py``) against scikit-learn, the batched path the package runs
+against the one-problem path."""
 
 from __future__ import annotations
 
@@ -10,15 +12,9 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, davies_bouldin_score
 from threadpoolctl import threadpool_limits
 
+from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache, choose_k_by_dbi_many
 from p2pfed.engine.offload import ComputeWhenAsked
-from p2pfed.algorithms.fedsub.clustering import (
-    Clustering,
-    ClusteringCache,
-    choose_k_by_dbi,
-    choose_k_by_dbi_many,
-    davies_bouldin,
-    kmeans,
-)
+from tests.reference_clustering import choose_k_by_dbi, davies_bouldin, kmeans
 
 
 def blobs(k: int, per: int | list[int], dim: int = 64, std: float = 0.05, sep: float = 5.0,
@@ -125,13 +121,13 @@ def test_kmeans_inertia_on_unstructured_data_matches_sklearn_on_average() -> Non
 
 
 def test_kmeans_relocates_empty_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from p2pfed.algorithms.fedsub import clustering
+    from tests import reference_clustering
 
     # force the worst seeding (every centre on the same point): all but one cluster start empty
-    monkeypatch.setattr(clustering, "_kmeanspp",
+    monkeypatch.setattr(reference_clustering, "_kmeanspp",
                         lambda x, pair_sq, k, runs, rng: np.zeros((runs, k), dtype=np.intp))
     x, truth = blobs(5, 6, dim=8, seed=7)
-    labels, _ = clustering.kmeans(x, 5, n_init=1)
+    labels, _ = reference_clustering.kmeans(x, 5, n_init=1)
     assert adjusted_rand_score(truth, labels) == 1.0
 
 

@@ -73,7 +73,7 @@ class FedSubOptions(MLPOptions):
     prototypes: Literal["input", "embedding"] = Field(
         "input", description="class means of the input data (papers) or of the penultimate features")
     k_rule: Literal["min-size", "half", "literal"] = Field(
-        "min-size", description="which DBI partitions may win (see clustering.choose_k_by_dbi)")
+        "min-size", description="which DBI partitions may win (see clustering.choose_k_by_dbi_many)")
     max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
     kmeans_n_init: int = Field(4, ge=1)
     min_cluster_size: int = Field(2, ge=1, description="smallest cluster the min-size rule accepts")
