@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -216,16 +215,6 @@ class DeviceContext:
     @property
     def num_samples(self) -> int:
         return int(self.y_train.shape[0])
-
-    @contextmanager
-    def evaluating_on(self, x: torch.Tensor, y: torch.Tensor) -> Iterator[None]:
-        """Point the test split at other data for the duration (generalization)."""
-        saved = self.x_test, self.y_test
-        self.x_test, self.y_test = x, y
-        try:
-            yield
-        finally:
-            self.x_test, self.y_test = saved
 
     def set_visible_classes(self, classes: frozenset[int] | None) -> bool:
         """Restrict the training data — and, with ``hide_test_classes``, the test data — to

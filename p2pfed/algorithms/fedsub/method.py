@@ -29,7 +29,8 @@ Serverless adaptations: the cache holds the newest artifacts per *peer that reac
 (neighbours, or carriers of them), so each device clusters its own view; all devices start from
 the same initial weights (a shared seed), as a server's first broadcast would give them.
 ``exchange: broadcast`` sends every artifact to every neighbour; under intermittent contacts the
-share splits into a tiny prototype part and a larger subnetwork part (``share_parts``).
+share travels as a tiny prototype part and a larger subnetwork part (``share`` returns both;
+where links never cut a transfer the runtime sends them as one message).
 ``exchange: two-phase`` (fewer bytes, journal Sec. 6's future work) sends the prototypes to all,
 with this device's *requests* — per peer, the classes for which that peer is its cluster-mate —
 and sends each peer only the subnetworks it requested, addressed to it (``meta['to']``).
