@@ -10,7 +10,8 @@ import math
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import yaml
@@ -37,9 +38,10 @@ SECTIONS = sorted({path[:-1] for path in LEAVES if len(path) > 1})
 
 
 def _members(ann: Any) -> list[Any]:
-    args = get_args(ann)
-    return [a for a in args if a is not type(None)] if args and get_origin(ann) is not list \
-        and get_origin(ann) is not Literal else [ann]
+    """The types a field admits: a Union's members (None aside), else the annotation itself."""
+    if get_origin(ann) in (Union, UnionType):
+        return [a for a in get_args(ann) if a is not type(None)]
+    return [ann]
 
 
 BOOL_STRINGS = {"y", "n", "yes", "no", "on", "off", "t", "f", "true", "false", "0", "1"}
@@ -47,9 +49,10 @@ BOOL_STRINGS = {"y", "n", "yes", "no", "on", "off", "t", "f", "true", "false", "
 
 def invalid_values(info) -> st.SearchStrategy:
     """Values the field must refuse: a wrong type always, plus what its type and range exclude."""
-    options = [st.just({"not": "a value"})]
     members = _members(info.annotation)
     kinds = {get_origin(m) or m for m in members}
+    # a mapping is the wrong type for every field but a mapping's own (model.options, algorithm.options)
+    options = [st.just(["not", "a mapping"]) if dict in kinds else st.just({"not": "a value"})]
     if kinds & {int, float}:
         options.append(st.sampled_from([math.nan, math.inf, -math.inf, "fast"]))
         for meta in info.metadata:

@@ -236,6 +236,9 @@ class ClusteringCache:
         self._store: OrderedDict[tuple[Any, ...], Clustering] = OrderedDict()
         # contents sent off and not collected yet: key -> (their request's future, index in it)
         self._pending: dict[tuple[Any, ...], tuple[Any, int]] = {}
+        # the same, by request: id(future) -> its keys, so that collecting one request does not
+        # scan every pending content (10,000 devices leave tens of thousands pending)
+        self._keys_of: dict[int, list[tuple[Any, ...]]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -289,6 +292,7 @@ class ClusteringCache:
             with self._lock:
                 for j, key in enumerate(todo):
                     self._pending[key] = (future, j)
+                self._keys_of[id(future)] = list(todo)
         waiting = {key: self._pending[key] for key in keys if key not in found}
         return Clusterings(self, keys, found, waiting)
 
@@ -296,7 +300,7 @@ class ClusteringCache:
         """A request's results into the cache (once), out of the pending ones."""
         results = future.result()
         with self._lock:
-            for key in [k for k, (f, _) in self._pending.items() if f is future]:
+            for key in self._keys_of.pop(id(future), []):
                 self.misses += 1
                 self._store[key] = results[self._pending.pop(key)[1]]
                 self._store.move_to_end(key)
