@@ -162,26 +162,11 @@ def davies_bouldin(points: np.ndarray, labels: np.ndarray) -> float:
 def choose_k_by_dbi(points: np.ndarray, *, k_min: int = 2, k_max: int | None = None,
                     seed: int = 0, n_init: int = 4, min_cluster_size: int = 1,
                     k_rule: str = "literal") -> Clustering:
-    """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2).
-
-    The sweep always runs K over ``[k_min, min(k_max or n-1, n-1, #distinct points)]`` (a K
-    whose clustering has fewer than K non-empty clusters is skipped); ``k_rule`` says which of
-    those partitions may win, the smallest K attaining the minimum DBI among them:
-
-    * ``literal`` — every K (the journal's text, Sec. 3.2; ``min_cluster_size`` is ignored). A
-      singleton cluster has zero scatter, so on noisy data the DBI keeps falling as K → n-1 and
-      this rule splits every structure into singletons;
-    * ``min-size`` — only partitions whose clusters all have >= ``min_cluster_size`` members;
-      when there is none (e.g. n <= 3 for size 2), a single cluster;
-    * ``half`` — only K <= floor(n/2); a single cluster when n <= 3.
-
-    Small or degenerate sets: n == 0 → ``ValueError``; n <= 2, all points identical, or an empty
-    sweep → a single cluster.
-
-    The result depends on the *set* of rows, not their order: rows are clustered in a canonical
-    (lexicographic) order and labels mapped back, so peers stacking the same prototypes in
-    different orders agree on the partition. Deterministic for a given ``seed``.
-    """
+    """Cluster one class's prototypes with K-means, K chosen to minimise the DBI (FedSub 3.2):
+    one problem, with scikit-learn's KMeans and davies_bouldin_score. The K range, the rules
+    (``literal``, ``min-size``, ``half``) and the small-set cases are those of
+    ``p2pfed.algorithms.fedsub.clustering.choose_k_by_dbi_many``, which the tests hold equal to
+    this function problem by problem."""
     _check_sweep_params(k_min, k_max, n_init, k_rule)
     prepared = _prepare_sweep(points, k_max)
     if isinstance(prepared, Clustering):

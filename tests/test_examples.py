@@ -11,7 +11,6 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 
 from p2pfed.cli.main import main
 from p2pfed.engine.runner import Checkpointing, run_scenario
@@ -37,12 +36,7 @@ def _f1(folder: Path) -> list[str]:
     return [r["f1_macro_mean"] for r in csv.DictReader((folder / "rounds.csv").open())]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_the_example_method_keeps_the_contract():

@@ -41,13 +41,7 @@ def exchange(algos, r):
     return sent
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models train fastest on one thread (as the runtimes set it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- FedPeWS: learned masks --------------------------------------------------------------------

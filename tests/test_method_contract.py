@@ -17,12 +17,7 @@ OPTIONS = {"fedhome": {"fine_tune_rounds": 2}, "fedclar": {"cluster_round": 1, "
            "fedali": {"prototypes": 4}, "fedsub": {"kmeans_n_init": 1}}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @parametrize_with_checks([(ALGORITHMS[name], OPTIONS.get(name, {})) for name in sorted(ALGORITHMS)])
