@@ -3,7 +3,8 @@
 Reads a data-fraction sweep's ``paired.csv`` (``p2pfed sweep sweeps/quickstart-data-fraction.yaml``):
 at each ``dataset.train_fraction`` the gain of a method is its paired difference from ``local``
 at the same fraction (same seeds, same devices, same test sets), with the 95 % interval and the
-p-value of the paired t-test over devices × seeds. Writes ``collaboration_gain.csv`` and
+p-value of the paired t-test whose unit is the seed, raw and adjusted over the sweep's
+comparisons (``paired.csv``'s own). Writes ``collaboration_gain.csv`` and
 ``collaboration_gain.png`` next to it and prints the table.
 
     python bench/collaboration_gain.py bench/results/quickstart-data-fraction
@@ -25,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 KEY = "dataset.train_fraction"
 BASELINE = "local"
 COLUMNS = ["method", "train_fraction", "f1_method", "f1_local", "gain", "gain_ci_low", "gain_ci_high",
-           "p_value", "pairs"]
+           "p_value", "p_adjusted", "seeds"]
 
 
 def parse(label: str) -> tuple[str, float] | None:
@@ -49,7 +50,7 @@ def gains(rows: list[dict[str, str]]) -> list[dict[str, object]]:
                     "f1_local": float(row["f1_b"] if sign > 0 else row["f1_a"]),
                     "gain": sign * float(row["f1_diff"]), "gain_ci_low": min(lo, hi),
                     "gain_ci_high": max(lo, hi), "p_value": float(row["p_value"]),
-                    "pairs": int(row["pairs"])})
+                    "p_adjusted": float(row["p_adjusted"]), "seeds": int(row["n"])})
     return sorted(out, key=lambda r: (r["method"], r["train_fraction"]))
 
 
@@ -66,7 +67,7 @@ def plot(table: list[dict[str, object]], path: Path) -> None:
     fractions = sorted({r["train_fraction"] for r in table})
     ax.set_xticks(fractions, [f"{f:g}" for f in fractions])
     ax.set_xlabel("share of each device's training data kept")
-    ax.set_ylabel("macro-F1 minus local training's (95 % CI)")
+    ax.set_ylabel("macro-F1 minus local training's (95 % CI over seeds)")
     ax.set_title("Collaboration gain over local training")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -94,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     plot(table, args.sweep / "collaboration_gain.png")
     for r in table:
         print(f"{r['method']:<12} {r['train_fraction']:>5g}  gain {r['gain']:+.4f} "
-              f"[{r['gain_ci_low']:+.4f}, {r['gain_ci_high']:+.4f}]  p {r['p_value']:.2g}  "
-              f"(F1 {r['f1_method']:.4f} vs local {r['f1_local']:.4f}, {r['pairs']} pairs)")
+              f"[{r['gain_ci_low']:+.4f}, {r['gain_ci_high']:+.4f}]  p {r['p_value']:.2g} "
+              f"(adjusted {r['p_adjusted']:.2g})  (F1 {r['f1_method']:.4f} vs local {r['f1_local']:.4f}, "
+              f"{r['seeds']} seeds)")
     print(f"wrote {args.sweep / 'collaboration_gain.csv'} and collaboration_gain.png")
     return 0
 

@@ -98,9 +98,10 @@ def test_summary_has_t_intervals_over_seeds(two_worker_sweep):
     assert (out / "sweep.png").stat().st_size > 1000 and (out / "f1_curves.png").stat().st_size > 1000
 
 
-def test_paired_csv_tests_each_pair_of_configurations_over_devices_and_seeds(two_worker_sweep):
-    """A claim "A beats B" pairs the same device under the same seed: paired.csv holds that test
-    for every two configurations, equal to scipy's on the cells' own devices.csv."""
+def test_paired_csv_tests_each_pair_of_configurations_with_the_seed_as_unit(two_worker_sweep):
+    """A claim "A beats B" pairs the same devices under the same seed, and its unit is the run:
+    paired.csv holds, for every two configurations, scipy's paired t-test over the per-seed means
+    of the cells' own devices.csv, its p-value adjusted over the file's comparisons."""
     from scipy import stats
 
     _, out = two_worker_sweep
@@ -109,18 +110,37 @@ def test_paired_csv_tests_each_pair_of_configurations_over_devices_and_seeds(two
     assert len(paired) == 6   # 4 configurations (2 methods x 2 learning rates), every pair once
     row = next(r for r in paired if r["a"] == "fedsub training.lr=0.05" and r["b"] == "gossip-avg training.lr=0.05")
 
-    def f1(method: str, seed: str) -> list[float]:
+    def seed_mean(method: str, seed: str) -> float:
         cell = next(c["cell"] for c in cells if (c["method"], c["training.lr"], c["seed"]) == (method, "0.05", seed))
-        return [float(d["f1_macro"]) for d in rows(out / "cells" / cell / "devices.csv")]
+        f1 = [float(d["f1_macro"]) for d in rows(out / "cells" / cell / "devices.csv")]
+        return sum(f1) / len(f1)
 
     seeds = sorted({c["seed"] for c in cells})
-    a = sum((f1("fedsub", s) for s in seeds), [])
-    b = sum((f1("gossip-avg", s) for s in seeds), [])
-    assert int(row["seeds"]) == len(seeds) == 2 and int(row["pairs"]) == len(a)
-    assert float(row["f1_diff"]) == pytest.approx(sum(a) / len(a) - sum(b) / len(b), abs=1e-6)
+    a = [seed_mean("fedsub", s) for s in seeds]
+    b = [seed_mean("gossip-avg", s) for s in seeds]
+    assert (row["unit"], int(row["n"])) == ("seed", len(seeds)) and len(seeds) == 2
+    assert float(row["f1_diff"]) == pytest.approx(sum(a) / 2 - sum(b) / 2, abs=1e-6)
     assert float(row["p_value"]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-2)
     assert float(row["f1_diff_ci_low"]) < float(row["f1_diff"]) < float(row["f1_diff_ci_high"])
+    tested = [r for r in paired if r["p_value"] != ""]
+    assert all(int(r["comparisons"]) == len(tested) and r["adjustment"] == "benjamini-hochberg" for r in tested)
+    assert all(float(r["p_adjusted"]) >= float(r["p_value"]) for r in tested)
     assert float(row["bytes_ratio"]) > 0
+
+
+def test_p_values_are_adjusted_for_the_number_of_comparisons():
+    """Benjamini–Hochberg over the rows that have a p-value, as scipy computes it; a row without
+    one (no spread) keeps none."""
+    from scipy import stats
+
+    from p2pfed.sweeps.paired import adjust
+
+    ps = [0.01, 0.04, 0.03, 0.2]
+    rows_ = adjust([{"p_value": p} for p in ps] + [{"p_value": ""}])
+    expected = stats.false_discovery_control(ps, method="bh")
+    assert [r["p_adjusted"] for r in rows_[:4]] == pytest.approx(expected, rel=1e-2)
+    assert rows_[0]["p_adjusted"] == pytest.approx(0.04, rel=1e-2)   # 0.01 x 4 / 1
+    assert rows_[4]["p_adjusted"] == "" and all(r["comparisons"] == 4 for r in rows_)
 
 
 def test_mean_ci_is_students_t_interval():
@@ -331,3 +351,28 @@ def test_collaboration_gain_reads_a_data_fraction_sweep(tmp_path, capsys):
         assert float(r["gain"]) == pytest.approx(sign * float(row["f1_diff"]))
         assert float(r["gain_ci_low"]) <= float(r["gain"]) <= float(r["gain_ci_high"])
     assert (out / "collaboration_gain.png").stat().st_size > 0
+
+
+def test_paired_table_bolds_only_what_the_adjusted_p_supports(two_worker_sweep, capsys):
+    """bench/paired_table.py: a README's paired columns, each cell from paired.csv (sign turned
+    when the baseline is the file's ``a``), bold exactly where the adjusted p is below 0.05."""
+    _, out = two_worker_sweep
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import paired_table
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert paired_table.main([str(out), "--against", "gossip-avg training.lr=0.05"]) == 0
+    printed = capsys.readouterr().out
+    assert "unit: seed, n = 2" in printed and "benjamini-hochberg" in printed
+    paired = rows(out / "paired.csv")
+    for r in paired:
+        if r["b"] != "gossip-avg training.lr=0.05":
+            continue
+        line = next(x for x in printed.splitlines() if x.startswith(f"| {r['a']} |"))
+        cell_text = line.split(" | ")[1]
+        if r["p_value"] == "":
+            assert "no spread" in cell_text
+            continue
+        assert cell_text.startswith("**") == (float(r["p_adjusted"]) < 0.05)
+        assert paired_table.signed(float(r["f1_diff"])) in cell_text

@@ -1,11 +1,15 @@
-"""paired.csv: every two configurations of a sweep compared on the same devices and seeds.
+"""paired.csv: every two configurations of a sweep compared seed by seed.
 
-Two configurations (method × swept values) that ran with the same seeds saw the same data split
-and the same devices, so their final per-device macro-F1 (``devices.csv``) pair up by (seed,
-device). The difference is tested with a paired t-test (``scipy.stats.ttest_rel``) over those
-pairs, with its 95 % t interval, which is what a claim "A beats B" needs and a comparison of two
-means over seeds cannot give. The bytes ratio is the mean over the shared seeds of A's bytes per
-device per round over B's.
+Two configurations (method × swept values) that ran with the same seed saw the same data split
+and the same devices, so they pair up by seed. The unit of the test is the seed — a whole run:
+the devices of one run share fused models and a device recurs across seeds, so devices are not
+independent samples (pooling them is pseudo-replication and inflates significance). For each
+shared seed the run's mean final macro-F1 over the devices both runs scored (``devices.csv``) is
+one observation; the paired t-test (``scipy.stats.ttest_rel``) runs over those n seeds, with the
+95 % t interval of the mean difference. A sweep compares many pairs at once, so each p-value is
+also given adjusted for the number of comparisons in the file by the Benjamini–Hochberg
+procedure (``scipy.stats.false_discovery_control``): a claim needs ``p_adjusted`` < 0.05. The
+bytes ratio is the mean over the shared seeds of A's bytes per device per round over B's.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from p2pfed.results.files import read_csv
 from p2pfed.sweeps.aggregate import CONFIDENCE, CellResult, value_text
 from p2pfed.sweeps.cells import knows
 
-COLUMNS = ["a", "b", "seeds", "pairs", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low", "f1_diff_ci_high",
-           "p_value", "bytes_ratio"]
+UNIT = "seed"
+ADJUSTMENT = "benjamini-hochberg"
+COLUMNS = ["a", "b", "unit", "n", "devices", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low", "f1_diff_ci_high",
+           "p_value", "p_adjusted", "adjustment", "comparisons", "bytes_ratio"]
 
 
 def label(r: CellResult) -> str:
@@ -39,35 +45,45 @@ def per_device_f1(r: CellResult) -> dict[int, float]:
             if row["f1_macro"] not in ("", "nan")}
 
 
+def seed_means(run_a: CellResult, run_b: CellResult) -> tuple[float, float, int] | None:
+    """Both runs' mean F1 over the devices both scored, and how many; None when they share none."""
+    fa, fb = per_device_f1(run_a), per_device_f1(run_b)
+    shared = sorted(set(fa) & set(fb))
+    if not shared:
+        return None
+    return float(np.mean([fa[d] for d in shared])), float(np.mean([fb[d] for d in shared])), len(shared)
+
+
 def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
-    """One row per pair of configurations with at least two shared seeds, in grid order."""
+    """One row per pair of configurations with at least two shared seeds, in grid order, with
+    p-values adjusted over every row that has one."""
     configs: dict[str, dict[int, CellResult]] = {}
     for r in results:
         if r.summary is not None:
             configs.setdefault(label(r), {})[r.point.seed] = r
     rows = []
     for (a, runs_a), (b, runs_b) in itertools.combinations(configs.items(), 2):
-        seeds = sorted(set(runs_a) & set(runs_b))
-        if len(seeds) < 2:
+        pairs = [(s, m) for s in sorted(set(runs_a) & set(runs_b))
+                 if (m := seed_means(runs_a[s], runs_b[s])) is not None]
+        if len(pairs) < 2:
             continue
-        xa, xb, ratios = [], [], []
-        for s in seeds:
-            fa, fb = per_device_f1(runs_a[s]), per_device_f1(runs_b[s])
-            shared = sorted(set(fa) & set(fb))
-            xa += [fa[d] for d in shared]
-            xb += [fb[d] for d in shared]
+        ratios = []
+        for s, _ in pairs:
             summary_a, summary_b = runs_a[s].summary, runs_b[s].summary
             assert summary_a is not None and summary_b is not None   # configs hold finished cells
             bytes_b = summary_b["comm"]["bytes_per_device_per_round"]
             if bytes_b:
                 ratios.append(summary_a["comm"]["bytes_per_device_per_round"] / bytes_b)
-        rows.append({"a": a, "b": b, "seeds": len(seeds), "pairs": len(xa), **paired_test(xa, xb),
+        xa, xb, devices = ([m[i] for _, m in pairs] for i in range(3))
+        rows.append({"a": a, "b": b, "unit": UNIT, "n": len(pairs), "devices": min(devices),
+                     **paired_test(xa, xb),
                      "bytes_ratio": round(float(np.mean(ratios)), 4) if ratios else ""})
-    return rows
+    return adjust(rows)
 
 
 def paired_test(xa: list[float], xb: list[float]) -> dict[str, Any]:
-    """Means, mean difference a − b with its t interval, and the paired t-test's p-value."""
+    """Means, mean difference a − b with its t interval, and the paired t-test's p-value, over
+    paired observations (one per seed)."""
     a, b = np.asarray(xa), np.asarray(xb)
     diff = a - b
     out: dict[str, Any] = {"f1_a": round(float(a.mean()), 6), "f1_b": round(float(b.mean()), 6),
@@ -77,4 +93,22 @@ def paired_test(xa: list[float], xb: list[float]) -> dict[str, Any]:
         return {**out, "f1_diff_ci_low": "", "f1_diff_ci_high": "", "p_value": ""}
     low, high = stats.t.interval(CONFIDENCE, diff.size - 1, loc=diff.mean(), scale=sd / math.sqrt(diff.size))
     return {**out, "f1_diff_ci_low": round(float(low), 6), "f1_diff_ci_high": round(float(high), 6),
-            "p_value": float(f"{stats.ttest_rel(a, b).pvalue:.3g}")}
+            "p_value": float(stats.ttest_rel(a, b).pvalue)}
+
+
+def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's p-value adjusted for the number of tests among ``rows`` (Benjamini–Hochberg),
+    both then given to three significant digits."""
+    tested = [r for r in rows if r["p_value"] != ""]
+    adjusted = stats.false_discovery_control([r["p_value"] for r in tested], method="bh") if tested else []
+    for r, p in zip(tested, adjusted):
+        r.update(p_value=_digits(r["p_value"]), p_adjusted=_digits(p), adjustment=ADJUSTMENT,
+                 comparisons=len(tested))
+    for r in rows:
+        if r["p_value"] == "":
+            r.update(p_adjusted="", adjustment="", comparisons=len(tested))
+    return rows
+
+
+def _digits(p: float) -> float:
+    return float(f"{p:.3g}")
