@@ -141,6 +141,29 @@ def test_validate_launch_finds_code_that_only_this_process_can_import():
     assert launch_problems(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"])) == []
 
 
+def test_a_peer_does_not_check_its_own_import_in_yet_another_process(tmp_path, monkeypatch):
+    """The launcher checks once that a new process loads the user's code; each peer is such a
+    process and loads it itself. 36 peers each starting a checking process at once on 2 cores
+    timed out (120 s) and every peer failed."""
+    from p2pfed.peer.config import load_peer_config
+    from p2pfed.peer.runtime import Peer
+    from p2pfed.scenario import loader
+    from tests.peer_support import write_peer_files
+
+    def no_new_process(*args, **kwargs):
+        raise AssertionError("a peer started an import check")
+
+    monkeypatch.setattr(loader, "check_importable", no_new_process)
+    path = write_peer_files(tmp_path, n=2, secure=False, overrides=[f"algorithm.name={METHOD}"])[0]
+    peer = Peer(load_peer_config(path, insecure=True), insecure=True)
+    try:
+        assert type(peer.loop.algorithm).__name__ == "LossWeightedGossip"
+    finally:
+        peer.close()
+    with pytest.raises(AssertionError, match="import check"):   # the launcher's check still runs
+        loader.launch_problems(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"]))
+
+
 def test_a_checkpoint_of_edited_user_code_is_refused(tmp_path):
     method_file = tmp_path / "my_gossip.py"
     method_file.write_text((ROOT / "examples" / "loss_weighted_gossip.py").read_text())

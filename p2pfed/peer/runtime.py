@@ -64,7 +64,7 @@ class Peer:
         self.loaded = load_scenario(loaded_config.resolve(cfg.scenario), cfg.overrides, cfg.seed)
         sc = self.loaded.scenario
         where = loaded_config.source
-        if problems := launch_problems(self.loaded):
+        if problems := launch_problems(self.loaded, check_imports=False):
             raise ScenarioError([f"{where}: scenario {p}" for p in problems])
         dataset = load_scenario_dataset(self.loaded)
         device = None
