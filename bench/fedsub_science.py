@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from p2pfed.sweeps.paired import adjust, paired_test
+from p2pfed.sweeps.paired import adjust, paired_test, seed_means
 
 STATS = ("k_mean", "literal_k_mean", "cluster_size_mean", "fusions_with_mate_fraction",
          "subnet_message_bytes", "subnet_message_bytes_paper_style")
@@ -102,14 +102,13 @@ def compare(runs: dict[str, dict[int, dict]], a: str, b: str) -> dict | None:
     (one observation per seed), then ``paired_test`` over those means; None when no seed pairs."""
     xa, xb, seeds, devices, ratios = [], [], [], [], []
     for s in sorted(set(runs[a]) & set(runs[b])):
-        fa, fb = runs[a][s]["devices"], runs[b][s]["devices"]
-        shared = sorted(set(fa) & set(fb))
-        if not shared:
+        means = seed_means(runs[a][s]["devices"], runs[b][s]["devices"])
+        if means is None:
             continue
-        xa.append(float(np.mean([fa[d] for d in shared])))
-        xb.append(float(np.mean([fb[d] for d in shared])))
+        xa.append(means[0])
+        xb.append(means[1])
         seeds.append(s)
-        devices.append(len(shared))
+        devices.append(means[2])
         ratios.append(runs[a][s]["summary"]["comm"]["bytes_per_device_per_round"]
                       / max(runs[b][s]["summary"]["comm"]["bytes_per_device_per_round"], 1e-12))
     if not seeds:

@@ -45,9 +45,9 @@ def per_device_f1(r: CellResult) -> dict[int, float]:
             if row["f1_macro"] not in ("", "nan")}
 
 
-def seed_means(run_a: CellResult, run_b: CellResult) -> tuple[float, float, int] | None:
-    """Both runs' mean F1 over the devices both scored, and how many; None when they share none."""
-    fa, fb = per_device_f1(run_a), per_device_f1(run_b)
+def seed_means(fa: dict[int, float], fb: dict[int, float]) -> tuple[float, float, int] | None:
+    """Two runs' mean F1 over the devices both scored (device -> F1), and how many; None when
+    they share none: one seed's observation of the paired test."""
     shared = sorted(set(fa) & set(fb))
     if not shared:
         return None
@@ -64,7 +64,7 @@ def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
     rows = []
     for (a, runs_a), (b, runs_b) in itertools.combinations(configs.items(), 2):
         pairs = [(s, m) for s in sorted(set(runs_a) & set(runs_b))
-                 if (m := seed_means(runs_a[s], runs_b[s])) is not None]
+                 if (m := seed_means(per_device_f1(runs_a[s]), per_device_f1(runs_b[s]))) is not None]
         if len(pairs) < 2:
             continue
         ratios = []
