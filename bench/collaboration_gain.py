@@ -23,6 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from p2pfed.sweeps.paired import read_paired  # noqa: E402
+
 KEY = "dataset.train_fraction"
 BASELINE = "local"
 COLUMNS = ["method", "train_fraction", "f1_method", "f1_local", "gain", "gain_ci_low", "gain_ci_high",
@@ -83,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if not source.is_file():
         print(f"{source}: not found (run the sweep, or `p2pfed report {args.sweep}`)", file=sys.stderr)
         return 1
-    with source.open(newline="") as f:
-        table = gains(list(csv.DictReader(f)))
+    table = gains(read_paired(source))
     if not table:
         print(f"{source}: no pair of a method and {BASELINE!r} at the same {KEY}", file=sys.stderr)
         return 1

@@ -12,9 +12,10 @@ markdown table.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
+
+from p2pfed.sweeps.paired import read_paired
 
 ALPHA = 0.05
 
@@ -52,16 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="a sweep's results folder")
     parser.add_argument("--against", default="local,gossip-avg", help="baseline configurations, comma-separated")
+    parser.add_argument("--protocol", default=None,
+                        help="after-fusion or after-training (default: the runs' headline protocol)")
     args = parser.parse_args(argv)
     source = args.sweep / "paired.csv"
     if not source.is_file():
         print(f"{source}: not found (run the sweep, or `p2pfed report {args.sweep}`)", file=sys.stderr)
         return 1
-    with source.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_paired(source, args.protocol)
     against = [a.strip() for a in args.against.split(",") if a.strip()]
     first = rows[0] if rows else {}
-    print(f"unit: {first.get('unit', '?')}, n = {first.get('n', '?')} per pair; p adjusted "
+    print(f"protocol: {first.get('protocol', '?')}; unit: {first.get('unit', '?')}, "
+          f"n = {first.get('n', '?')} per pair; p adjusted "
           f"({first.get('adjustment', '?')}) over {first.get('comparisons', '?')} comparisons; bold: p < {ALPHA}")
     print("| configuration | " + " | ".join(f"vs {a} (95 % CI over seeds, adjusted p)" for a in against) + " |")
     print("|---|" + "---|" * len(against))

@@ -236,3 +236,124 @@ def test_train_fraction_is_a_scenario_key_seen_in_the_run(tmp_path):
     assert sum(d.num_train for d in tenth.devices) < 0.15 * sum(d.num_train for d in full.devices)
     with pytest.raises(Exception, match="train_fraction"):
         load_scenario(None, ["dataset.train_fraction=0"])
+
+
+AXIS_MEANS = ["XAVG", "YAVG", "ZAVG"]
+
+
+@pytest.mark.parametrize("features", [None, AXIS_MEANS])
+def test_federation_scaling_is_a_standard_scaler_fitted_on_the_pooled_training_data(features):
+    """dataset.scaling=federation: one transform for every device, the pooled training splits'
+    mean and std (summed from per-device counts, sums and sums of squares), as scikit-learn's
+    StandardScaler fitted on those splits together gives it."""
+    from sklearn.preprocessing import StandardScaler
+
+    imputed = load_wisdm(scaling="none", features=features, test_fraction=0.3)
+    fed = load_wisdm(scaling="federation", features=features, test_fraction=0.3)
+    pooled = np.concatenate([d.x_train for d in imputed.devices]).astype(np.float64)
+    scaler = StandardScaler().fit(pooled)
+    for raw, dev in zip(imputed.devices, fed.devices):
+        assert np.array_equal(raw.y_train, dev.y_train) and np.array_equal(raw.y_test, dev.y_test)
+        assert dev.x_train.dtype == np.float32
+        np.testing.assert_allclose(dev.x_train, scaler.transform(raw.x_train), atol=1e-5)
+        np.testing.assert_allclose(dev.x_test, scaler.transform(raw.x_test), atol=1e-5)
+    scaled = np.concatenate([d.x_train for d in fed.devices]).astype(np.float64)
+    np.testing.assert_allclose(scaled.mean(axis=0), 0.0, atol=1e-5)
+    varying = pooled.std(axis=0) > 0   # XAVG is 0 in every line of the published file: stays 0
+    assert varying.sum() == scaled.shape[1] - 1
+    np.testing.assert_allclose(scaled.std(axis=0)[varying], 1.0, atol=1e-5)
+    np.testing.assert_array_equal(scaled[:, ~varying], 0.0)
+    # Not each device's own statistics: per device, the means stay apart from 0.
+    assert max(np.abs(d.x_train.mean(axis=0)).max() for d in fed.devices) > 0.5
+
+
+def test_federation_statistics_are_summed_per_device():
+    from sklearn.preprocessing import StandardScaler
+
+    from p2pfed.data.scaling import federation_statistics, sufficient_statistics
+
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(loc, scale, (n, 4)) for loc, scale, n in [(5, 1, 7), (-3, 4, 30), (100, 0.5, 2)]]
+    parts.append(np.full((3, 4), 9.0))
+    mean, std = federation_statistics(parts)
+    scaler = StandardScaler().fit(np.concatenate(parts))
+    np.testing.assert_allclose(mean, scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(std, scaler.scale_, rtol=1e-9)
+    n, total, squares = sufficient_statistics(parts[0])
+    assert n == 7 and total.shape == squares.shape == (4,)
+    _, const_std = federation_statistics([np.full((5, 2), 1e4)])
+    assert np.array_equal(const_std, [1.0, 1.0])   # a constant feature is not blown up
+    with pytest.raises(ValueError, match="federation"):
+        preprocess(parts[0], parts[1], scaling="federation")   # one device cannot fit it alone
+
+
+@pytest.mark.parametrize("make", ["owners", "parts"])
+def test_federation_scaling_never_sees_test_data(make):
+    """Changing every device's test rows changes neither any training split nor the statistics
+    the test rows are scaled with."""
+    from p2pfed.data.devices import devices_by_owner, devices_from_parts
+
+    rng = np.random.default_rng(2)
+    n = 120
+    x = np.column_stack([rng.normal(3, 2, (n, 3)), np.arange(n, dtype=float)])  # last: row id
+    y = np.tile(np.arange(3), n // 3)
+    owner = np.repeat(np.arange(4), n // 4)
+
+    def load(x, scaling):
+        if make == "owners":
+            return devices_by_owner(x, y, owner, [0, 1, 2, 3], "d{}", test_fraction=0.25, seed=5,
+                                    scaling=scaling)
+        parts = [np.flatnonzero(owner == k) for k in range(4)]
+        return devices_from_parts(x, y, parts, ["a", "b", "c", "d"], test_fraction=0.25, seed=5,
+                                  scaling=scaling)
+
+    unscaled = load(x, "none")
+    test_rows = np.concatenate([d.x_test[:, -1] for d in unscaled]).astype(int)
+    assert len(test_rows) > 0
+    train_std = np.concatenate([d.x_train for d in unscaled])[:, :3].std(axis=0)
+    altered = x.copy()
+    altered[test_rows, :3] += 1000.0
+    before, after = load(x, "federation"), load(altered, "federation")
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a.x_train, b.x_train)
+        shift = b.x_test[:, :3] - a.x_test[:, :3]   # the same mean and std scale both
+        np.testing.assert_allclose(shift, np.broadcast_to(1000.0 / train_std, shift.shape), rtol=1e-4)
+
+
+def test_features_keep_the_named_columns_in_order():
+    full = load_wisdm(scaling="none")
+    names = list(arrays_from_npz(PACKAGED)["feature_names"])
+    axes = load_wisdm(scaling="none", features=["ZAVG", "XAVG", "YAVG"])
+    assert axes.num_features == 3
+    columns = [names.index(f) for f in ("ZAVG", "XAVG", "YAVG")]
+    for a, b in zip(full.devices, axes.devices):
+        np.testing.assert_array_equal(b.x_train, a.x_train[:, columns])
+        np.testing.assert_array_equal(b.x_test, a.x_test[:, columns])
+    with pytest.raises(ValueError, match="unknown WISDM feature.*'XMEAN'.*available: X0"):
+        load_wisdm(features=["XAVG", "XMEAN"])
+    with pytest.raises(ValueError, match="twice"):
+        load_wisdm(features=["XAVG", "XAVG"])
+
+
+def test_paperlike_scenario_has_the_journals_3_inputs(repo_root, capsys):
+    from p2pfed.cli.main import main
+    from p2pfed.scenario.budget import model_parameters
+    from p2pfed.scenario.build import build_device_model, load_scenario_dataset
+    from p2pfed.scenario.loader import ScenarioError, load_scenario
+
+    path = repo_root / "scenarios" / "wisdm-paperlike.yaml"
+    loaded = load_scenario(path)
+    assert loaded.scenario.dataset.features == AXIS_MEANS
+    data = load_scenario_dataset(loaded)
+    assert data.num_features == 3 and len(data.devices) == 36
+    assert all(d.x_train.shape[1] == d.x_test.shape[1] == 3 for d in data.devices)
+    assert sum(d.num_train + d.num_test for d in data.devices) == 5418
+    assert all((d.x_train[:, 0] == 0).all() for d in data.devices)   # XAVG: 0 in the published file
+    model = build_device_model(loaded, data.num_features, data.num_classes)
+    assert sum(p.numel() for p in model.parameters()) == model_parameters(loaded.scenario)
+    fed = load_scenario_dataset(load_scenario(path, ["dataset.scaling=federation"]))
+    assert fed.num_features == 3
+    assert main(["validate", str(path), "--set", "dataset.features=[XAVG,XMEAN]"]) == 2
+    assert "dataset.features: unknown WISDM feature(s) ['XMEAN']" in capsys.readouterr().out
+    with pytest.raises(ScenarioError, match="dataset.features: chooses columns of the WISDM"):
+        load_scenario(None, ["dataset.name=synthetic", "dataset.features=[XAVG]"])

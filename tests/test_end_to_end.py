@@ -22,7 +22,10 @@ def test_run_writes_every_results_file(repo_root, tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     for key in ("algorithm", "scenario", "seed", "devices", "rounds", "wall_time_s", "sim_time_s"):
         assert key in summary
-    assert set(summary["final"]) == {"f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean"}
+    assert set(summary["final"]) == {"f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean", "f1_present_mean",
+                                     "f1_after_fusion_mean", "accuracy_after_fusion_mean",
+                                     "f1_after_training_mean", "accuracy_after_training_mean"}
+    assert summary["evaluation"]["protocol"] == "after-fusion"
     assert summary["code"] == code_version()   # which code made it (provenance)
     comm = summary["comm"]
     assert {"bytes_sent_total", "bytes_per_device_per_round", "full_model_bytes", "messages_sent",

@@ -106,3 +106,66 @@ def test_a_real_peer_evaluates_when_its_scenario_says(tmp_path, when):
         assert peer.loop.evaluate_when == when
     finally:
         peer.close()
+
+
+def _run(name: str, when: str, tmp_path, *extra: str) -> tuple[list[dict], list[dict], dict]:
+    import json
+    out = tmp_path / f"{name}-{when}-{len(extra)}"
+    run_scenario(load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}", f"evaluation.when={when}", *extra]),
+                 out, progress=False)
+    return (read_csv(out / "rounds.csv"), read_csv(out / "devices.csv"),
+            json.loads((out / "summary.json").read_text()))
+
+
+@pytest.mark.parametrize("name", ["gossip-avg", "fedsub"])
+def test_every_round_run_reports_both_protocols_and_scoring_one_does_not_change_the_other(name, tmp_path):
+    """The headline follows ``evaluation.when``; the other point of the round is scored too, and
+    is exactly what a run whose headline it is reports: scoring twice changes nothing a method
+    does (the two runs' trajectories are one)."""
+    fused_rounds, fused_devices, fused = _run(name, "after-fusion", tmp_path)
+    trained_rounds, trained_devices, trained = _run(name, "after-training", tmp_path)
+    for row in fused_rounds:
+        assert row["f1_after_fusion_mean"] == row["f1_macro_mean"]
+    for a, b in zip(fused_rounds, trained_rounds, strict=True):
+        assert a["f1_after_training_mean"] == b["f1_macro_mean"] == b["f1_after_training_mean"]
+        assert a["f1_after_fusion_mean"] == b["f1_after_fusion_mean"]
+        assert a["bytes_sent_total"] == b["bytes_sent_total"]
+    assert [d["f1_after_training"] for d in fused_devices] == [d["f1_macro"] for d in trained_devices]
+    assert fused["evaluation"]["protocol"] == "after-fusion" and trained["evaluation"]["protocol"] == "after-training"
+    assert fused["final"]["f1_after_training_mean"] == trained["final"]["f1_macro_mean"]
+    # the two points differ (training moves the model), so the columns are not one number twice
+    assert any(r["f1_after_fusion_mean"] != r["f1_after_training_mean"] for r in fused_rounds)
+    # and without ``both`` only the headline is scored, with the same values
+    alone_rounds, _, _ = _run(name, "after-fusion", tmp_path, "evaluation.both=false")
+    assert "f1_after_training_mean" not in alone_rounds[0]
+    assert [r["f1_macro_mean"] for r in alone_rounds] == [r["f1_macro_mean"] for r in fused_rounds]
+
+
+def test_best_round_is_the_round_with_the_highest_mean_f1(tmp_path):
+    rounds, _, summary = _run("gossip-avg", "after-fusion", tmp_path)
+    best = max(rounds, key=lambda r: float(r["f1_macro_mean"]))
+    assert summary["evaluation"]["best_round"] == int(best["round"])
+    assert summary["evaluation"]["best_f1_macro_mean"] == float(best["f1_macro_mean"])
+
+
+def test_both_protocols_survive_a_checkpoint_and_a_merge_and_old_checkpoints_still_load():
+    from p2pfed.learning.training import Evaluation
+
+    def recorder(devices: list[int]) -> Recorder:
+        rec = Recorder(devices)
+        for d in devices:
+            rec.evaluated(d, 0, 1.0, Evaluation(0.5 + d / 10, 1.0, 0.6, 0.7), protocol="after-fusion")
+            rec.evaluated(d, 0, 2.0, Evaluation(0.9, 0.5, 0.95, 0.9), protocol="after-training", primary=False)
+        return rec
+
+    whole = recorder([0, 1])
+    assert Recorder.from_state(whole.state_dict()).rows == whole.rows
+    assert Recorder.merge([recorder([0]), recorder([1])]).rows == whole.rows
+    assert whole.rows[0]["f1_after_training_mean"] == 0.9 and whole.rows[0]["f1_present_mean"] == 0.7
+    old = whole.state_dict()
+    del old["protocols"]
+    for ev in old["evaluations"].values():
+        ev["values"] = [row[:3] for row in ev["values"]]    # saved before f1_present existed
+    row = Recorder.from_state(old).rows[0]
+    assert row["f1_macro_mean"] == whole.rows[0]["f1_macro_mean"] and np.isnan(row["f1_present_mean"])
+    assert "f1_after_training_mean" not in row

@@ -4,6 +4,7 @@ k-means aggregation, and the mechanism firing in real runs (rounds and contacts)
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import warnings
@@ -22,7 +23,8 @@ from p2pfed.learning.training import evaluate
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
-from p2pfed.testing import fuse_once, train_once
+from p2pfed.testing import Federation, fuse_once, train_once
+from tests.compare_runs import keeps_local_gain, run_from_start
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -160,11 +162,10 @@ def test_fedali_mechanism_fires_in_a_simulation_run(tmp_path):
 
 
 def test_fedali_learns_planted_classes():
-    loaded = load_scenario(SCENARIO, ["rounds=8", "training.lr=0.1", "dataset.synthetic.num_devices=6",
-                                      "dataset.synthetic.samples_per_class=24", "dataset.synthetic.groups_per_class=2",
-                                      "model.hidden=[16,32]", "algorithm.name=fedali"])
-    final = run_scenario(loaded, None, progress=False)["final"]
-    assert final["f1_macro_mean"] > 0.5, final             # chance: 0.25
+    data = ["rounds=8", "training.lr=0.1", "dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=24",
+            "dataset.synthetic.groups_per_class=2", "model.hidden=[16,32]"]
+    summary, start = run_from_start(load_scenario(SCENARIO, [*data, "algorithm.name=fedali"]))
+    keeps_local_gain(summary, start, SCENARIO, data)
 
 
 def test_fedali_runs_over_contacts():
@@ -179,18 +180,103 @@ def test_fedali_runs_over_contacts():
     assert "generalization_f1_mean" in summary["final"]
 
 
-def test_reset_local_is_the_papers_choice_and_can_be_turned_off():
-    loaded = load_scenario(SCENARIO, SMALL)
+def _trained_pair(*overrides: str):
+    """Devices 0 and 1 after one training each (γ = 0.5: the local prototypes move far from the
+    shared start), device 1's share in device 0's cache."""
+    loaded = load_scenario(SCENARIO, SMALL + ["algorithm.gamma=0.5", *overrides])
     dataset = load_scenario_dataset(loaded)
+    a, b = (build_algorithm(loaded, dataset, i) for i in (0, 1))
+    for algo in (a, b):
+        train_once(algo, 0)
+    a.receive(Received(sender=1, round=0, sent_at=0.0, received_at=0.0, payload=b.share(0)))
+    return a
+
+
+@torch.no_grad()
+def _logits(model, x):
+    model.eval()
+    return model(x)
+
+
+def test_after_a_fusion_the_evaluated_model_aligns_to_the_personal_prototypes_not_the_global_ones():
+    """Eq. 3: inference uses P_local. A fusion brings new global prototypes but leaves the local
+    ones as the device's training left them, so the model scored after the fusion is personal."""
+    a = _trained_pair()
+    personal = a.alp.local_prototypes.clone()
+    fuse_once(a, 1, 1.0)
+    new_global = a.alp.global_prototypes.clone()
+    assert not torch.allclose(new_global, personal, atol=1e-3)        # the fusion brought others
+    model = a.evaluated_model()
+    assert torch.equal(model.alp.local_prototypes, personal)
+    x = a.ctx.x_test
+    scored = _logits(copy.deepcopy(model), x)
+    # Inference reads the local prototypes only: other global prototypes change nothing ...
+    other_global = copy.deepcopy(model)
+    other_global.alp.global_prototypes.copy_(F.normalize(torch.randn(new_global.shape), dim=1))
+    assert torch.equal(_logits(other_global, x), scored)
+    # ... and the fused global prototypes in place of the personal ones change the predictions.
+    aligned_to_global = copy.deepcopy(model)
+    aligned_to_global.alp.local_prototypes.copy_(new_global)
+    assert not torch.allclose(_logits(aligned_to_global, x), scored, atol=1e-4)
+
+
+def test_the_evaluation_after_fusion_scores_the_personal_prototypes_in_a_federation():
+    """Through the device loop (fuse, then the due evaluation): every device's recorded loss is
+    that of its model with the prototypes its last training left, not with the global ones."""
+    loaded = load_scenario(SCENARIO, SMALL + ["algorithm.gamma=0.5"])
+    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    fed = Federation(algos, batched=True)
+    fed.round()                                                        # train, share
+    personal = [a.alp.local_prototypes.clone() for a in algos]
+    fed.round(train=[False] * len(algos), evaluate=True)               # fuse, evaluate; no training
+    for a, mine, scored in zip(algos, personal, fed.recorder.last_evaluations, strict=True):
+        assert torch.equal(a.alp.local_prototypes, mine)
+        assert scored.loss == pytest.approx(evaluate(a.evaluated_model(), a.ctx.x_test, a.ctx.y_test).loss)
+        to_global = copy.deepcopy(a.evaluated_model())
+        to_global.alp.local_prototypes.copy_(a.alp.global_prototypes)
+        assert scored.loss != pytest.approx(evaluate(to_global, a.ctx.x_test, a.ctx.y_test).loss, abs=1e-6)
+
+
+def test_reset_local_restarts_the_training_from_the_global_prototypes_and_can_be_turned_off():
+    """Sec. 4: P_local is reset to P_global at the start of each round's local training (or kept
+    with reset_local false); either way the fusion itself leaves the personal prototypes."""
     for reset in (True, False):
-        run = load_scenario(SCENARIO, SMALL + [f"algorithm.reset_local={str(reset).lower()}"])
-        a, b = (build_algorithm(run, dataset, i) for i in (0, 1))
-        for algo in (a, b):
-            train_once(algo, 0)
-        a.receive(Received(sender=1, round=0, sent_at=0.0, received_at=0.0, payload=b.share(0)))
+        a = _trained_pair(f"algorithm.reset_local={str(reset).lower()}")
+        personal = a.alp.local_prototypes.clone()
         fuse_once(a, 1, 1.0)
-        same = torch.equal(a.alp.local_prototypes, a.alp.global_prototypes)
-        assert same is reset
+        assert torch.equal(a.alp.local_prototypes, personal)
+        a.alp.gamma = 1.0                       # no EMA: the training shows where it started from
+        train_once(a, 1)
+        assert torch.equal(a.alp.local_prototypes, a.alp.global_prototypes) is reset
+        assert torch.equal(a.alp.local_prototypes, personal) is not reset
+
+
+def test_a_reset_still_due_survives_a_checkpoint():
+    """A device that fused but has not trained since (it sat a round out) resumes with its
+    personal prototypes and its reset still to come."""
+    a = _trained_pair()
+    fuse_once(a, 1, 1.0)
+    resumed = _trained_pair()
+    resumed.load_state_dict(copy.deepcopy(a.state_dict()))
+    for algo in (a, resumed):
+        algo.alp.gamma = 1.0
+        train_once(algo, 1)
+        assert torch.equal(algo.alp.local_prototypes, a.alp.global_prototypes)
+
+
+def test_a_second_fusion_before_training_clusters_the_prototypes_the_device_will_train_from():
+    """A device that fuses twice without training (it sat a round out) contributes the global
+    prototypes its due reset will start from, not its stale personal ones, as when the reset
+    happened at the fusion."""
+    a = _trained_pair()
+    fuse_once(a, 1, 1.0)
+    first = a.alp.global_prototypes.clone()
+    again = copy.deepcopy(a)
+    a.receive(Received(sender=2, round=1, sent_at=1.0, received_at=1.0, payload=again.share(1)))
+    fuse_once(a, 2, 2.0)
+    expected = kmeans_prototypes([first, torch.from_numpy(again.share(1).tensors["local_prototypes"])],
+                                 [float(a.ctx.num_samples)] * 2)
+    torch.testing.assert_close(a.alp.global_prototypes, expected)
 
 
 def test_a_payload_with_bad_prototypes_is_refused():

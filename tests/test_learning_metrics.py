@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import accuracy_score, f1_score
 
-from p2pfed.learning.metrics import (grouped_loss, grouped_metrics, macro_f1_accuracy,
+from p2pfed.learning.metrics import (grouped_loss, grouped_metrics, macro_f1_accuracy, macro_f1_accuracy_present,
                                      metrics_many)
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import evaluate
@@ -112,3 +112,30 @@ def test_grouped_loss_matches_per_device_cross_entropy() -> None:
         sel = dev == d
         assert losses[d] == pytest.approx(float(F.cross_entropy(logits[sel], y[sel])), rel=1e-6)
     assert np.isnan(losses[2])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(label_pairs(max_len=30), min_size=1, max_size=6))
+def test_f1_over_the_test_sets_classes_matches_sklearn_with_those_labels(pairs) -> None:
+    """``f1_present``: scikit-learn's macro-F1 with ``labels`` the classes of y_true, one device
+    alone and many together; a class only predicted adds no zero to it."""
+    many = metrics_many(pairs)
+    for i, (t, p) in enumerate(pairs):
+        _, _, alone = macro_f1_accuracy_present(t, p)
+        if t.size == 0:
+            assert np.isnan(alone) and np.isnan(many.f1_present[i])
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = float(f1_score(t, p, labels=np.unique(t), average="macro", zero_division=0))
+        assert alone == pytest.approx(ref, abs=1e-12)
+        assert many.f1_present[i] == pytest.approx(ref, abs=1e-12)
+
+
+def test_a_class_predicted_but_absent_from_the_test_set_lowers_only_the_usual_macro_f1() -> None:
+    """The dynamic-data case: the test set has classes 0 and 1, the model also predicts 2."""
+    t = np.array([0, 0, 1, 1])
+    p = np.array([0, 2, 1, 1])
+    f1, _, present = macro_f1_accuracy_present(t, p)
+    assert f1 == pytest.approx((2 / 3 + 1.0 + 0.0) / 3)       # class 2 counted, with F1 0
+    assert present == pytest.approx((2 / 3 + 1.0) / 2)        # only the test set's classes

@@ -107,25 +107,31 @@ def test_paired_csv_tests_each_pair_of_configurations_with_the_seed_as_unit(two_
     _, out = two_worker_sweep
     cells = rows(out / "sweep.csv")
     paired = rows(out / "paired.csv")
-    assert len(paired) == 6   # 4 configurations (2 methods x 2 learning rates), every pair once
-    row = next(r for r in paired if r["a"] == "fedsub training.lr=0.05" and r["b"] == "gossip-avg training.lr=0.05")
-
-    def seed_mean(method: str, seed: str) -> float:
-        cell = next(c["cell"] for c in cells if (c["method"], c["training.lr"], c["seed"]) == (method, "0.05", seed))
-        f1 = [float(d["f1_macro"]) for d in rows(out / "cells" / cell / "devices.csv")]
-        return sum(f1) / len(f1)
-
+    # 4 configurations (2 methods x 2 learning rates), every pair once under the headline
+    # protocol (after the fusion), then once more scored after the training
+    assert [r["protocol"] for r in paired] == ["after-fusion"] * 6 + ["after-training"] * 6
     seeds = sorted({c["seed"] for c in cells})
-    a = [seed_mean("fedsub", s) for s in seeds]
-    b = [seed_mean("gossip-avg", s) for s in seeds]
-    assert (row["unit"], int(row["n"])) == ("seed", len(seeds)) and len(seeds) == 2
-    assert float(row["f1_diff"]) == pytest.approx(sum(a) / 2 - sum(b) / 2, abs=1e-6)
-    assert float(row["p_value"]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-2)
-    assert float(row["f1_diff_ci_low"]) < float(row["f1_diff"]) < float(row["f1_diff_ci_high"])
-    tested = [r for r in paired if r["p_value"] != ""]
-    assert all(int(r["comparisons"]) == len(tested) and r["adjustment"] == "benjamini-hochberg" for r in tested)
-    assert all(float(r["p_adjusted"]) >= float(r["p_value"]) for r in tested)
-    assert float(row["bytes_ratio"]) > 0
+    for protocol, column in (("after-fusion", "f1_macro"), ("after-training", "f1_after_training")):
+        # a pair whose difference varies over the seeds (tiny runs can tie)
+        row = next(r for r in paired if r["protocol"] == protocol and r["p_value"] != "")
+
+        def seed_mean(config: str, seed: str, column: str = column) -> float:
+            method, lr = config.split(" training.lr=")
+            cell = next(c["cell"] for c in cells if (c["method"], c["training.lr"], c["seed"]) == (method, lr, seed))
+            f1 = [float(d[column]) for d in rows(out / "cells" / cell / "devices.csv")]
+            return sum(f1) / len(f1)
+
+        a = [seed_mean(row["a"], s) for s in seeds]
+        b = [seed_mean(row["b"], s) for s in seeds]
+        assert (row["unit"], int(row["n"])) == ("seed", len(seeds)) and len(seeds) == 2
+        assert float(row["f1_diff"]) == pytest.approx(sum(a) / 2 - sum(b) / 2, abs=1e-6)
+        assert float(row["p_value"]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-2)
+        assert float(row["f1_diff_ci_low"]) < float(row["f1_diff"]) < float(row["f1_diff_ci_high"])
+        # each protocol's rows are adjusted among themselves
+        tested = [r for r in paired if r["p_value"] != "" and r["protocol"] == protocol]
+        assert all(int(r["comparisons"]) == len(tested) and r["adjustment"] == "benjamini-hochberg" for r in tested)
+        assert all(float(r["p_adjusted"]) >= float(r["p_value"]) for r in tested)
+        assert float(row["bytes_ratio"]) > 0
 
 
 def test_p_values_are_adjusted_for_the_number_of_comparisons():
@@ -362,10 +368,15 @@ def test_paired_table_bolds_only_what_the_adjusted_p_supports(two_worker_sweep, 
         import paired_table
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    assert paired_table.main([str(out), "--against", "gossip-avg training.lr=0.05"]) == 0
-    printed = capsys.readouterr().out
-    assert "unit: seed, n = 2" in printed and "benjamini-hochberg" in printed
-    paired = rows(out / "paired.csv")
+    for protocol in ("after-fusion", "after-training"):   # the headline (default), then the other
+        args = [] if protocol == "after-fusion" else ["--protocol", protocol]
+        assert paired_table.main([str(out), "--against", "gossip-avg training.lr=0.05", *args]) == 0
+        _check_paired_table(capsys.readouterr().out, [r for r in rows(out / "paired.csv") if r["protocol"] == protocol],
+                            protocol, paired_table.signed)
+
+
+def _check_paired_table(printed: str, paired: list[dict[str, str]], protocol: str, signed) -> None:
+    assert f"protocol: {protocol}; unit: seed, n = 2" in printed and "benjamini-hochberg" in printed
     for r in paired:
         if r["b"] != "gossip-avg training.lr=0.05":
             continue
@@ -375,4 +386,4 @@ def test_paired_table_bolds_only_what_the_adjusted_p_supports(two_worker_sweep, 
             assert "no spread" in cell_text
             continue
         assert cell_text.startswith("**") == (float(r["p_adjusted"]) < 0.05)
-        assert paired_table.signed(float(r["f1_diff"])) in cell_text
+        assert signed(float(r["f1_diff"])) in cell_text

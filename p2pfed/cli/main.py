@@ -93,7 +93,7 @@ def _callbacks(args: argparse.Namespace) -> list:
 def cmd_run(args: argparse.Namespace) -> int:
     from p2pfed.engine.runner import run_scenario
     from p2pfed.results.files import folder_label
-    from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
+    from p2pfed.results.compare import comparison_columns, comparison_row, format_table
 
     loaded = _load(args)
     sc = loaded.scenario
@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing,
                            callbacks=_callbacks(args))
     assert summary is not None   # only a checkpointed run told to stop early returns none
-    print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
+    print(format_table([row := comparison_row(summary)], comparison_columns([row])))
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
 
@@ -204,7 +204,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from p2pfed.peer.launcher import launch
     from p2pfed.peer.runtime import insecure_warning
     from p2pfed.results.files import folder_label
-    from p2pfed.results.compare import COMPARISON_COLUMNS, comparison_row, format_table
+    from p2pfed.results.compare import comparison_columns, comparison_row, format_table
 
     loaded = _load(args)
     sc = loaded.scenario
@@ -222,7 +222,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
-    print(format_table([comparison_row(summary)], COMPARISON_COLUMNS))
+    print(format_table([row := comparison_row(summary)], comparison_columns([row])))
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png; peers/ per peer)")
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -28,6 +28,22 @@ def select_users(available: np.ndarray, users: Iterable[int] | None, source: obj
     return chosen
 
 
+def select_features(available: np.ndarray, features: Sequence[str] | None, source: object) -> list[int]:
+    """Column indices of ``features`` (in the order given) among the file's feature names;
+    None: every column."""
+    names = [str(n) for n in available]
+    if features is None:
+        return list(range(len(names)))
+    chosen = [str(f) for f in features]
+    twice = sorted({f for f in chosen if chosen.count(f) > 1})
+    if twice:
+        raise ValueError(f"feature(s) {twice} named twice")
+    unknown = [f for f in chosen if f not in names]
+    if unknown:
+        raise ValueError(f"unknown WISDM feature(s) {unknown} in {source}; available: {', '.join(names)}")
+    return [names.index(f) for f in chosen]
+
+
 def load_arrays(path: str | Path | None) -> tuple[dict[str, np.ndarray], object]:
     """The WISDM arrays of ``path`` (.arff or .npz; None: the packaged file) and where they came from."""
     if path is None:
@@ -44,19 +60,24 @@ def load_arrays(path: str | Path | None) -> tuple[dict[str, np.ndarray], object]
 
 def load_wisdm(*, test_fraction: float = 0.2, seed: int = 0, scaling: str = "device",
                users: Iterable[int] | None = None, train_fraction: float = 1.0,
-               path: str | Path | None = None) -> FederatedDataset:
+               path: str | Path | None = None,
+               features: Sequence[str] | None = None) -> FederatedDataset:
     """Load WISDM v1.1 transformed (43 features, 6 classes), one device per user.
 
     Devices are ordered by user id; each is split (stratified) and scaled
-    with its own training statistics. Missing PEAK values are imputed with
-    the device's training mean.
+    with its own training statistics (``scaling="device"``) or the
+    federation's (``"federation"``). Missing PEAK values are imputed with
+    the device's training mean. ``features`` keeps those columns only, in
+    that order (e.g. ``["XAVG", "YAVG", "ZAVG"]``, the per-window axis means).
     """
     arrays, source = load_arrays(path)
     chosen = select_users(arrays["user"], users, source)
-    devices = devices_by_owner(arrays["x"], arrays["label"].astype(np.int64), arrays["user"],
+    columns = select_features(arrays["feature_names"], features, source)
+    x = arrays["x"][:, columns]
+    devices = devices_by_owner(x, arrays["label"].astype(np.int64), arrays["user"],
                                chosen, "wisdm-user-{}", test_fraction=test_fraction,
                                seed=seed, scaling=scaling, train_fraction=train_fraction)
-    return FederatedDataset("wisdm", arrays["x"].shape[1], len(arrays["class_names"]),
+    return FederatedDataset("wisdm", x.shape[1], len(arrays["class_names"]),
                             [str(c) for c in arrays["class_names"]], devices)
 
 

@@ -58,14 +58,15 @@ class DeviceLoop:
                  neighbours: Callable[[], list[int]] | None = None,
                  visible_classes: Callable[[int], frozenset[int] | None] | None = None,
                  max_age_s: float | None = None, split_parts: bool = False,
-                 evaluate_when: str = "after-fusion") -> None:
+                 evaluate_when: str = "after-fusion", evaluate_both: bool = False) -> None:
         """``clock``: the runtime's time (simulated seconds, or wall-clock seconds);
         ``neighbours``: the devices this one can reach now, as the runtime sees them (offered to
         the method as ``ctx.neighbours()``);
         ``visible_classes``: the training classes a device has in a round (dynamic data);
         ``max_age_s``: the TTL of cached artifacts; ``split_parts``: share in separately useful
         parts (prototypes before subnetworks) for links that may end mid-transfer;
-        ``evaluate_when``: where in ``act`` a due evaluation happens (``EVALUATE_WHEN``)."""
+        ``evaluate_when``: where in ``act`` a due evaluation happens (``EVALUATE_WHEN``), the one
+        the headline metrics report; ``evaluate_both``: score the other point of ``act`` too."""
         if evaluate_when not in EVALUATE_WHEN:
             raise ValueError(f"evaluation.when: {evaluate_when!r}; choose one of {', '.join(EVALUATE_WHEN)}")
         self.device = device
@@ -77,6 +78,7 @@ class DeviceLoop:
         self.max_age_s = max_age_s
         self.split_parts = split_parts
         self.evaluate_when = evaluate_when
+        self.evaluate_both = evaluate_both
         if neighbours is not None:
             algorithm.ctx.neighbours = neighbours
         self.actions = 0    # times the device acted (trained and shared)
@@ -123,15 +125,18 @@ class DeviceLoop:
                          to=p.meta.get("to"))
                 for p in parts]
 
-    def evaluate(self, round: int, evaluation: Evaluation | None = None) -> Evaluation:
+    def evaluate(self, round: int, evaluation: Evaluation | None = None, when: str | None = None) -> Evaluation:
         """Record the evaluation of the model the device holds now under ``round`` (or
-        interval): ``evaluation`` when the runtime computed it with other devices', else here."""
+        interval): ``evaluation`` when the runtime computed it with other devices', else here.
+        ``when``: the point of ``act`` it was scored at (None: an instant outside ``act``, the
+        contact runtime's); the headline metrics take the device's own ``evaluate_when``."""
         algo = self.algorithm
         ctx = algo.ctx
         if evaluation is None:
             evaluation = evaluate(algo.evaluated_model(), ctx.x_test, ctx.y_test)
-        self.recorder.evaluated(self.device, round, self.clock(), evaluation)
-        if ctx.generalization_data is not None:   # evaluation.generalization: the others' test data
+        primary = when is None or when == self.evaluate_when
+        self.recorder.evaluated(self.device, round, self.clock(), evaluation, protocol=when, primary=primary)
+        if primary and ctx.generalization_data is not None:   # evaluation.generalization: the others' test data
             x, y = ctx.generalization_data()
             self.recorder.generalized(self.device, round, evaluate(algo.evaluated_model(), x, y).f1_macro)
         return evaluation
@@ -246,24 +251,25 @@ def _per_device(rounds: int | Sequence[int], count: int) -> list[int]:
 
 
 def _evaluate_where(loops: Sequence[DeviceLoop], rounds: list[int], when: str, batched: bool) -> None:
-    """The due evaluations of the devices that evaluate at this point of ``act`` (``when``)."""
-    chosen = [i for i, loop in enumerate(loops) if loop.evaluate_when == when]
+    """The due evaluations at this point of ``act`` (``when``): of the devices whose headline it
+    is, and of those that score both points."""
+    chosen = [i for i, loop in enumerate(loops) if loop.evaluate_when == when or loop.evaluate_both]
     if chosen:
-        evaluate_together([loops[i] for i in chosen], [rounds[i] for i in chosen], batched=batched)
+        evaluate_together([loops[i] for i in chosen], [rounds[i] for i in chosen], batched=batched, when=when)
 
 
 def evaluate_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *,
-                      batched: bool = True) -> None:
+                      batched: bool = True, when: str | None = None) -> None:
     """Every device's evaluation at one instant, under ``rounds`` (one for all, or each one's):
     the models they would use, scored together (``evaluate_many``) when ``batched``, else one at
-    a time."""
+    a time. ``when``: the point of ``act`` (None: an instant outside it)."""
     rounds = _per_device(rounds, len(loops))
     if not batched:
         for loop, r in zip(loops, rounds, strict=True):
-            loop.evaluate(r)
+            loop.evaluate(r, when=when)
         return
     ctxs = [loop.algorithm.ctx for loop in loops]
     evaluations = evaluate_many([loop.algorithm.evaluated_model() for loop in loops],
                                 [c.x_test for c in ctxs], [c.y_test for c in ctxs])
     for loop, r, evaluation in zip(loops, rounds, evaluations, strict=True):
-        loop.evaluate(r, evaluation)
+        loop.evaluate(r, evaluation, when=when)

@@ -21,14 +21,16 @@ from p2pfed.scenario.budget import device_count, memory_problems
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError
 
 
-def check_dataset_file(loaded: LoadedScenario, path: Path) -> None:
-    """The packaged-format WISDM file (.npz or .arff) a scenario names, and its users."""
-    from p2pfed.data.wisdm import load_arrays, select_users  # numpy/arff only when a file is named
+def check_dataset_file(loaded: LoadedScenario, path: Path | None) -> None:
+    """The packaged-format WISDM file (.npz or .arff) a scenario names (None: the packaged
+    file), its users and its feature columns."""
+    from p2pfed.data.wisdm import load_arrays, select_features, select_users  # numpy/arff only when needed
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # skipped ARFF lines are reported when the run loads them
         arrays, source = load_arrays(path)
     select_users(arrays["user"], loaded.scenario.dataset.users, source)
+    select_features(arrays["feature_names"], loaded.scenario.dataset.features, source)
 
 
 def file_problems(loaded: LoadedScenario) -> list[str]:
@@ -44,6 +46,8 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
 
     if sc.dataset.name == "wisdm" and sc.dataset.path is not None:
         check("dataset.path", lambda: check_dataset_file(loaded, loaded.resolve(cast(str, sc.dataset.path))))
+    elif sc.dataset.name == "wisdm" and sc.dataset.features is not None:
+        check("dataset.features", lambda: check_dataset_file(loaded, None))
     if sc.topology.kind == "file" and sc.contacts.kind in ("none", "static"):
         def topology() -> None:
             path = loaded.resolve(sc.topology.file)

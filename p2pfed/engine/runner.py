@@ -140,7 +140,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
     class_schedule = build_class_schedule(loaded, dataset)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
                              participation=sc.engine.participation, eval_every=sc.evaluation.every,
-                             eval_when=sc.evaluation.when)
+                             eval_when=sc.evaluation.when, eval_both=sc.evaluation.both)
     bar = tqdm(total=sc.rounds, desc=f"{sc.algorithm.name}", unit="round", disable=not progress,
                leave=False)
 

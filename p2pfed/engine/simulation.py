@@ -43,6 +43,7 @@ class RoundSchedule:
     participation: float = 1.0   # fraction of devices that train and share in a round
     eval_every: int = 1
     eval_when: str = "after-fusion"   # where in a device's round it is evaluated (evaluation.when)
+    eval_both: bool = False           # and the other point too (evaluation.both)
 
     def evaluates(self, r: int) -> bool:
         return (r + 1) % self.eval_every == 0 or r == self.rounds - 1
@@ -85,6 +86,7 @@ class Simulation:
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
                                  neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
+                                 evaluate_both=schedule.eval_both,
                                  visible_classes=None if class_schedule is None
                                  else cast("Callable[[int], frozenset[int] | None]",
                                            lambda r, i=i: class_schedule.visible(i, r)))

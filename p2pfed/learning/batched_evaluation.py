@@ -20,7 +20,7 @@ from torch import nn
 from p2pfed.learning.batched_training import stacked_forward
 from p2pfed.learning.metrics import grouped_loss, grouped_metrics
 from p2pfed.learning.model import MLP
-from p2pfed.learning.training import Evaluation, evaluate
+from p2pfed.learning.training import Evaluation, evaluate, evaluation_mode
 
 
 @torch.no_grad()
@@ -48,15 +48,14 @@ def _evaluate_group(models: Sequence[MLP], xs: Sequence[torch.Tensor], ys: Seque
     longest = max(sizes)
     if longest == 0:
         return [evaluate(m, x, y) for m, x, y in zip(models, xs, ys)]
-    for model in models:
-        model.eval()
     per_model = [[p.detach() for p in m.parameters()] for m in models]
     names = [name for name, _ in models[0].named_parameters()]
     params = {name: torch.stack([own[k] for own in per_model]) for k, name in enumerate(names)}
     padded = xs[0].new_zeros((len(models), longest, xs[0].shape[1]))
     for d, x in enumerate(xs):
         padded[d, :x.shape[0]] = x
-    logits = stacked_forward(models[0])(params, padded)
+    with evaluation_mode(models):
+        logits = stacked_forward(models[0])(params, padded)
     valid = torch.arange(longest).unsqueeze(0) < torch.as_tensor(sizes).unsqueeze(1)
     logits = logits[valid]                               # rows in device order, then sample order
     y = torch.cat(list(ys))
@@ -64,4 +63,5 @@ def _evaluate_group(models: Sequence[MLP], xs: Sequence[torch.Tensor], ys: Seque
     metrics = grouped_metrics(y, logits.argmax(dim=1), groups, len(models))
     loss = grouped_loss(logits, y, groups, len(models))
     return [Evaluation(f1_macro=float(metrics.f1_macro[d]), loss=float(loss[d]),
-                       accuracy=float(metrics.accuracy[d])) for d in range(len(models))]
+                       accuracy=float(metrics.accuracy[d]), f1_present=float(metrics.f1_present[d]))
+            for d in range(len(models))]

@@ -9,6 +9,12 @@ The definition is scikit-learn's ``f1_score(y_true, y_pred, average="macro", zer
 per class ``F1 = 2 TP / (2 TP + FP + FN)``, averaged over the classes that occur in ``y_true`` or
 ``y_pred`` (a class absent from both is not counted; a class present in only one scores 0).
 scikit-learn stays the reference the tests compare against. A group with no samples gets NaN.
+
+``f1_present`` averages the same per-class F1 over the classes of ``y_true`` only (scikit-learn's
+``f1_score(..., labels=np.unique(y_true), average="macro")``): a class the model predicts but the
+test set lacks adds no zero. Under drift (a device's classes come and go) the first average
+punishes predicting a class absent now; the second measures how well the classes present are
+recognised. Both are reported.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class GroupMetrics:
     f1_macro: np.ndarray
     accuracy: np.ndarray
     samples: np.ndarray
+    f1_present: np.ndarray   # macro-F1 over the classes in y_true only
 
 
 def _labels(values: np.ndarray | torch.Tensor | Sequence[int], name: str) -> np.ndarray:
@@ -70,11 +77,14 @@ def metrics_from_confusion(conf: np.ndarray) -> GroupMetrics:
     f1, present, tp = _per_class_f1(conf)
     true_sum = conf.sum(axis=2).astype(np.float64)
     n_present = present.sum(axis=1)
+    in_true = true_sum > 0
     samples = true_sum.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         f1_macro = np.where(n_present > 0, f1.sum(axis=1) / n_present, np.nan)
+        f1_present = np.where(samples > 0, np.where(in_true, f1, 0.0).sum(axis=1) / in_true.sum(axis=1), np.nan)
         accuracy = np.where(samples > 0, tp.sum(axis=1) / samples, np.nan)
-    return GroupMetrics(f1_macro=f1_macro, accuracy=accuracy, samples=samples.astype(np.int64))
+    return GroupMetrics(f1_macro=f1_macro, accuracy=accuracy, samples=samples.astype(np.int64),
+                        f1_present=f1_present)
 
 
 def grouped_metrics(y_true: np.ndarray | torch.Tensor, y_pred: np.ndarray | torch.Tensor,
@@ -113,16 +123,25 @@ def metrics_many(pairs: Sequence[tuple[np.ndarray | torch.Tensor, np.ndarray | t
 def macro_f1_accuracy(y_true: np.ndarray | torch.Tensor,
                       y_pred: np.ndarray | torch.Tensor) -> tuple[float, float]:
     """Macro-F1 and accuracy of one device (NaN, NaN for no samples)."""
+    f1, accuracy, _ = macro_f1_accuracy_present(y_true, y_pred)
+    return f1, accuracy
+
+
+def macro_f1_accuracy_present(y_true: np.ndarray | torch.Tensor,
+                              y_pred: np.ndarray | torch.Tensor) -> tuple[float, float, float]:
+    """Macro-F1, accuracy and macro-F1 over the classes of ``y_true`` of one device (NaNs for no
+    samples)."""
     t, p = _labels(y_true, "y_true"), _labels(y_pred, "y_pred")
     if t.shape != p.shape:
         raise ValueError(f"y_true and y_pred differ in length: {t.size}, {p.size}")
     if t.size == 0:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan")
     c = int(max(t.max(), p.max())) + 1
     conf = confusion_counts(t, p, np.zeros_like(t), 1, c)
     f1, present, tp = _per_class_f1(conf)
-    # the mean over the present classes only: scikit-learn's exact summation, any class count
-    return float(f1[0][present[0]].mean()), float(tp.sum() / t.size)
+    in_true = conf[0].sum(axis=1) > 0
+    # the means over the classes counted only: scikit-learn's exact summation, any class count
+    return float(f1[0][present[0]].mean()), float(tp.sum() / t.size), float(f1[0][in_true].mean())
 
 
 def grouped_loss(logits: torch.Tensor, y: torch.Tensor, groups: torch.Tensor,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from p2pfed.learning.metrics import macro_f1_accuracy
+from p2pfed.learning.metrics import macro_f1_accuracy_present
 from p2pfed.learning.sgd import sgd_step
 
 # An optional extra term added to the cross-entropy (FedProx, Ditto, prototype regularisers).
@@ -33,6 +33,7 @@ class Evaluation:
     f1_macro: float
     loss: float
     accuracy: float
+    f1_present: float = float("nan")   # macro-F1 over the test set's classes only (metrics.py)
 
 
 def train_epochs(
@@ -101,18 +102,35 @@ def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: Tr
     return float(np.mean(losses)) if losses else float("nan")
 
 
+@contextmanager
+def evaluation_mode(models: Iterable[nn.Module]) -> Iterator[None]:
+    """The models in eval mode for the block, then each back in the mode it had: a device is
+    scored at two points of its round (after fusion, after training), and scoring must not change
+    what the method does next."""
+    models = list(models)
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, mode in zip(models, modes, strict=True):
+            m.train(mode)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
     """Macro-F1 (over the classes in the labels and predictions, as scikit-learn's
-    ``f1_score(average="macro", zero_division=0)``), mean loss and accuracy."""
+    ``f1_score(average="macro", zero_division=0)``), mean loss, accuracy, and macro-F1 over the
+    classes in the labels only (``f1_present``)."""
     if x.shape[0] == 0:
         return Evaluation(float("nan"), float("nan"), float("nan"))
-    model.eval()
-    logits = model(x)
+    with evaluation_mode([model]):
+        logits = model(x)
     loss = float(F.cross_entropy(logits, y))
     pred = logits.argmax(dim=1)
-    f1, accuracy = macro_f1_accuracy(y, pred)
-    return Evaluation(f1_macro=f1, loss=loss, accuracy=accuracy)
+    f1, accuracy, f1_present = macro_f1_accuracy_present(y, pred)
+    return Evaluation(f1_macro=f1, loss=loss, accuracy=accuracy, f1_present=f1_present)
 
 
 @torch.no_grad()

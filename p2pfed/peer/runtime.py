@@ -97,7 +97,7 @@ class Peer:
                                max_message_bytes=sc.engine.max_message_bytes,
                                neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
                                visible_classes=self.visible_classes,
-                               evaluate_when=sc.evaluation.when)
+                               evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both)
         self.intake = Intake(cfg.id, self.algo, self.recorder,
                              IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                          max_bad_messages=cfg.max_bad_messages, contain_errors=True,

@@ -11,6 +11,16 @@ from p2pfed.results.plots import plot_comparison
 COMPARISON_COLUMNS = ["algorithm", "f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean",
                       "bytes_per_device_per_round", "msg_vs_full_model", "messages_dropped", "wall_time_s"]
 GENERALIZATION = "generalization_f1_mean"   # a column only when the runs measured it
+# F1 after the fusion and after the training (the round runtimes score both): they can rank differently
+PROTOCOL_F1 = ["f1_after_fusion_mean", "f1_after_training_mean"]
+
+
+def comparison_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The table's columns: the fixed ones, and after the headline F1 each optional one the rows have."""
+    columns = list(COMPARISON_COLUMNS)
+    extra = [c for c in [*PROTOCOL_F1, GENERALIZATION] if any(c in r for r in rows)]
+    at = columns.index("f1_macro_std") + 1
+    return columns[:at] + extra + columns[at:]
 
 
 def comparison_row(summary: dict[str, Any]) -> dict[str, Any]:
@@ -38,9 +48,7 @@ def write_comparison(out_dir: Path, summaries: list[dict[str, Any]],
                      rounds_by_algorithm: dict[str, list[dict[str, Any]]], title: str) -> str:
     """comparison.csv and comparison.png in ``out_dir``; returns the printed table."""
     rows = [comparison_row(s) for s in summaries]
-    columns = list(COMPARISON_COLUMNS)
-    if any(GENERALIZATION in r for r in rows):
-        columns.insert(columns.index("f1_macro_std") + 1, GENERALIZATION)
+    columns = comparison_columns(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "comparison.csv", columns, rows)
     plot_comparison(rounds_by_algorithm, out_dir / "comparison.png", title=title)

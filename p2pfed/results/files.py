@@ -19,13 +19,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
+from p2pfed.results.recorder import GENERALIZATION_COLUMNS, PROTOCOLS, Recorder, protocol_columns, round_float
 
 ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_mean",
-                 "accuracy_mean", "bytes_sent_total", "messages_sent", "messages_dropped"]
-DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "bytes_sent", "bytes_received",
+                 "accuracy_mean", "f1_present_mean", "bytes_sent_total", "messages_sent", "messages_dropped"]
+# rounds.csv's columns of each evaluation protocol scored (the round runtimes score both)
+PROTOCOL_COLUMNS = [c for p in PROTOCOLS for c in protocol_columns(p)]
+DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "f1_present", "bytes_sent", "bytes_received",
                   "messages_sent", "messages_received", "messages_dropped", "transfers_started",
                   "transfers_completed", "transfers_aborted", "bytes_wasted"]
+# devices.csv's last macro-F1 of each device under each protocol scored
+DEVICE_PROTOCOL_COLUMNS = [f"f1_{p.replace('-', '_')}" for p in PROTOCOLS]
 
 
 @contextlib.contextmanager
@@ -101,10 +105,13 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
+    under = {column: recorder.last_evaluations_under(p) for column, p in zip(DEVICE_PROTOCOL_COLUMNS, PROTOCOLS)}
     rows = []
     for i, (counters, evaluation) in enumerate(zip(recorder.devices, recorder.last_evaluations)):
         rows.append({"device": recorder.device_ids[i], "name": names[i], "f1_macro": round_float(evaluation.f1_macro),
                      "loss": round_float(evaluation.loss), "accuracy": round_float(evaluation.accuracy),
+                     "f1_present": round_float(evaluation.f1_present),
+                     **{column: round_float(last[i].f1_macro) for column, last in under.items() if last is not None},
                      **vars(counters)})
     return rows
 
@@ -129,8 +136,9 @@ def write_results_files(out_dir: Path, summary: dict[str, Any], round_rows: list
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").unlink(missing_ok=True)
-    extra = [c for c in GENERALIZATION_COLUMNS if any(c in r for r in round_rows)]
+    extra = [c for c in PROTOCOL_COLUMNS + list(GENERALIZATION_COLUMNS) if any(c in r for r in round_rows)]
     write_csv(out_dir / "rounds.csv", ROUND_COLUMNS + extra, round_rows)
-    write_csv(out_dir / "devices.csv", DEVICE_COLUMNS, devices)
+    write_csv(out_dir / "devices.csv",
+              DEVICE_COLUMNS + [c for c in DEVICE_PROTOCOL_COLUMNS if any(c in d for d in devices)], devices)
     plot_run(round_rows, out_dir / "plot.png", title=title)
     write_json(out_dir / "summary.json", summary)

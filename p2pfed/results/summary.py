@@ -6,7 +6,10 @@ from typing import Any
 
 from p2pfed.plugins import loaded_code
 from p2pfed.results.provenance import code_version
-from p2pfed.results.recorder import GENERALIZATION_COLUMNS, Recorder, round_float
+from p2pfed.results.recorder import GENERALIZATION_COLUMNS, PROTOCOLS, Recorder, protocol_columns, round_float
+
+FINAL_COLUMNS = ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean", "f1_present_mean")
+PROTOCOL_COLUMNS = tuple(c for p in PROTOCOLS for c in protocol_columns(p))
 
 
 def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats: list[dict[str, Any]], *,
@@ -32,8 +35,9 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         "rounds": rounds if isinstance(rounds, int) else round_float(rounds, 2),
         "wall_time_s": round_float(wall_time_s, 3),
         "sim_time_s": round_float(sim_time_s),
-        "final": {**{k: final.get(k) for k in ("f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean")},
-                  **{k: final[k] for k in GENERALIZATION_COLUMNS if k in final}},   # evaluation.generalization
+        "final": {**{k: final.get(k) for k in FINAL_COLUMNS},
+                  **{k: final[k] for k in (*PROTOCOL_COLUMNS, *GENERALIZATION_COLUMNS) if k in final}},
+        "evaluation": _evaluation(config, recorder),
         "comm": {
             "bytes_sent_total": bytes_total,
             "bytes_per_device_per_round": round_float(per_device_round, 1),
@@ -57,6 +61,21 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         "code": _code(config),
         "config": config,
     }
+
+
+def _evaluation(config: dict[str, Any], recorder: Recorder) -> dict[str, Any]:
+    """Which model the headline F1 scored, and the run's best round (some papers report it).
+
+    The round runtimes score each device after its fusion and after its training
+    (``final.f1_after_fusion_mean`` / ``f1_after_training_mean``); ``protocol`` names the one in
+    ``final.f1_macro_mean``. Over contacts a device is scored at fixed instants with the model it
+    holds then, which is the one its latest local training left."""
+    contacts = config.get("contacts", {}).get("kind", "none") != "none"
+    rows = recorder.rows
+    best = max(rows, key=lambda r: r["f1_macro_mean"] if r["f1_macro_mean"] == r["f1_macro_mean"] else -1.0,
+               default=None)
+    return {"protocol": "at-instant" if contacts else config["evaluation"]["when"],
+            **({"best_round": best["round"], "best_f1_macro_mean": best["f1_macro_mean"]} if best else {})}
 
 
 def _code(config: dict[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,8 @@ def _features_and_classes(sc: Scenario) -> tuple[int, int]:
     ds = sc.dataset
     if ds.name == "synthetic":
         return ds.synthetic.num_features, ds.synthetic.num_classes
+    if ds.name == "wisdm" and ds.features is not None:
+        return len(ds.features), WISDM_CLASSES
     return (WISDM_RAW_FEATURES if ds.name == "wisdm-raw" else WISDM_FEATURES), WISDM_CLASSES
 
 

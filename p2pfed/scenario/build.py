@@ -41,7 +41,7 @@ def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
         except PartitionError as exc:
             raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
     if ds.name == "wisdm":
-        return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users,
+        return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users, features=ds.features,
                             path=None if path is None else str(path))
     return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
 

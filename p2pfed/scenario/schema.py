@@ -68,8 +68,9 @@ class DatasetSection(Section):
     # Share of each class's training examples a device keeps (the test set is unchanged): how
     # much collaboration helps when devices hold less data.
     train_fraction: float = Field(default=1.0, gt=0, le=1)
-    scaling: Literal["device", "none"] = "device"
+    scaling: Literal["device", "federation", "none"] = "device"
     users: list[int] | None = None
+    features: list[str] | None = Field(default=None, min_length=1)   # wisdm: the columns kept
     synthetic: SyntheticSection = SyntheticSection()
     device_column: str = Field(default="device", min_length=1)
     label_column: str = Field(default="label", min_length=1)
@@ -90,6 +91,11 @@ class DatasetSection(Section):
             raise ValueError("dataset.label_column must differ from dataset.device_column")
         if self.class_names is not None and len(set(self.class_names)) != len(self.class_names):
             raise ValueError("dataset.class_names must not repeat a name")
+        if self.features is not None and self.name != "wisdm":
+            raise ValueError(f"dataset.features chooses columns of the WISDM transformed file; "
+                             f"dataset {self.name!r} uses all its features")
+        if self.features is not None and len(set(self.features)) != len(self.features):
+            raise ValueError("dataset.features must not repeat a name")
         return self
 
 
@@ -203,8 +209,11 @@ class EvaluationSection(Section):
     every: int = Field(default=1, ge=1)
     every_s: float | None = Field(default=None, gt=0)
     generalization: bool = False   # also score each device on the other devices' pooled test data
-    # Round runtimes: evaluate right after the fusion (the FedSub papers' protocol) or after training.
+    # Round runtimes: the headline F1 scores the model right after the fusion (the FedSub papers'
+    # protocol) or after training; with ``both`` the other point is scored too (rounds.csv,
+    # devices.csv, summary.json), since the two can rank methods differently.
     when: Literal["after-fusion", "after-training"] = "after-fusion"
+    both: bool = True
 
 
 class ContactsSection(Section):

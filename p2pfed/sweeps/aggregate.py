@@ -29,6 +29,9 @@ CELL_METRICS = {
     "generalization_f1_mean": ("final", "generalization_f1_mean"),   # with evaluation.generalization
     "loss_mean": ("final", "loss_mean"),
     "accuracy_mean": ("final", "accuracy_mean"),
+    "f1_present_mean": ("final", "f1_present_mean"),                 # macro-F1 over the test set's classes
+    "f1_after_fusion_mean": ("final", "f1_after_fusion_mean"),       # both protocols (round runtimes)
+    "f1_after_training_mean": ("final", "f1_after_training_mean"),
     "bytes_per_device_per_round": ("comm", "bytes_per_device_per_round"),
     "bytes_sent_total": ("comm", "bytes_sent_total"),
     "messages_sent": ("comm", "messages_sent"),
@@ -45,7 +48,9 @@ CELL_METRICS = {
     "wall_time_s": ("wall_time_s",),
 }
 # summary.csv: short name -> sweep.csv column, each given as mean, std, ci_low, ci_high
-SUMMARY_METRICS = {"f1": "f1_macro_mean", "generalization_f1": "generalization_f1_mean", "loss": "loss_mean",
+SUMMARY_METRICS = {"f1": "f1_macro_mean", "f1_after_fusion": "f1_after_fusion_mean",
+                   "f1_after_training": "f1_after_training_mean", "f1_present": "f1_present_mean",
+                   "generalization_f1": "generalization_f1_mean", "loss": "loss_mean",
                    "bytes_per_device_per_round": "bytes_per_device_per_round",
                    "transfers_aborted": "transfers_aborted", "delivery_ratio": "delivery_ratio"}
 CONFIDENCE = 0.95

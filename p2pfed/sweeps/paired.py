@@ -10,24 +10,32 @@ one observation; the paired t-test (``scipy.stats.ttest_rel``) runs over those n
 also given adjusted for the number of comparisons in the file by the Benjamini–Hochberg
 procedure (``scipy.stats.false_discovery_control``): a claim needs ``p_adjusted`` < 0.05. The
 bytes ratio is the mean over the shared seeds of A's bytes per device per round over B's.
+
+The round runtimes score every device after its fusion and after its training, and the two can
+rank methods differently: the rows of the run's headline protocol (``evaluation.when``; over
+contacts ``at-instant``) come first, then, where the runs scored it, the same comparisons under
+the other protocol (``protocol`` column). Each protocol's rows are adjusted among themselves: they
+are the same questions asked of a different model, not more questions.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from p2pfed.results.files import read_csv
+from p2pfed.results.recorder import PROTOCOLS
 from p2pfed.sweeps.aggregate import CONFIDENCE, CellResult, value_text
 from p2pfed.sweeps.cells import knows
 
 UNIT = "seed"
 ADJUSTMENT = "benjamini-hochberg"
-COLUMNS = ["a", "b", "unit", "n", "devices", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low", "f1_diff_ci_high",
+COLUMNS = ["a", "b", "protocol", "unit", "n", "devices", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low", "f1_diff_ci_high",
            "p_value", "p_adjusted", "adjustment", "comparisons", "bytes_ratio"]
 
 
@@ -39,10 +47,23 @@ def label(r: CellResult) -> str:
     return " ".join([method, *(f"{k}={value_text(v)}" for k, v in r.point.values if knows(method, k))])
 
 
-def per_device_f1(r: CellResult) -> dict[int, float]:
+def per_device_f1(r: CellResult, column: str = "f1_macro") -> dict[int, float]:
+    """device -> its final F1 in ``devices.csv`` (``column``: the headline, or one protocol's)."""
     assert r.folder is not None   # a finished cell has its folder
-    return {int(row["device"]): float(row["f1_macro"]) for row in read_csv(r.folder / "devices.csv")
-            if row["f1_macro"] not in ("", "nan")}
+    return {int(row["device"]): float(row[column]) for row in read_csv(r.folder / "devices.csv")
+            if row.get(column) not in (None, "", "nan")}
+
+
+def headline_protocol(r: CellResult) -> str:
+    """Which model a run's headline F1 scored (summary.json ``evaluation.protocol``; runs made
+    before it was recorded: their scenario's ``evaluation.when``, or ``at-instant`` over contacts)."""
+    summary = r.summary or {}
+    if "evaluation" in summary:
+        return str(summary["evaluation"]["protocol"])
+    config = summary.get("config", {})
+    if config.get("contacts", {}).get("kind", "none") != "none":
+        return "at-instant"
+    return str(config.get("evaluation", {}).get("when", "after-fusion"))
 
 
 def seed_means(fa: dict[int, float], fb: dict[int, float]) -> tuple[float, float, int] | None:
@@ -56,15 +77,26 @@ def seed_means(fa: dict[int, float], fb: dict[int, float]) -> tuple[float, float
 
 def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
     """One row per pair of configurations with at least two shared seeds, in grid order, with
-    p-values adjusted over every row that has one."""
+    p-values adjusted over every row that has one — for the headline F1, then for each other
+    protocol the runs scored."""
     configs: dict[str, dict[int, CellResult]] = {}
     for r in results:
         if r.summary is not None:
             configs.setdefault(label(r), {})[r.point.seed] = r
+    headline = {headline_protocol(r) for runs in configs.values() for r in runs.values()}
+    rows = adjust(_rows(configs, "f1_macro", " / ".join(sorted(headline))))
+    for protocol in PROTOCOLS:
+        if headline != {protocol}:
+            column = f"f1_{protocol.replace('-', '_')}"
+            rows += adjust(_rows(configs, column, protocol))
+    return rows
+
+
+def _rows(configs: dict[str, dict[int, CellResult]], column: str, protocol: str) -> list[dict[str, Any]]:
     rows = []
     for (a, runs_a), (b, runs_b) in itertools.combinations(configs.items(), 2):
         pairs = [(s, m) for s in sorted(set(runs_a) & set(runs_b))
-                 if (m := seed_means(per_device_f1(runs_a[s]), per_device_f1(runs_b[s]))) is not None]
+                 if (m := seed_means(per_device_f1(runs_a[s], column), per_device_f1(runs_b[s], column))) is not None]
         if len(pairs) < 2:
             continue
         ratios = []
@@ -75,10 +107,10 @@ def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
             if bytes_b:
                 ratios.append(summary_a["comm"]["bytes_per_device_per_round"] / bytes_b)
         xa, xb, devices = ([m[i] for _, m in pairs] for i in range(3))
-        rows.append({"a": a, "b": b, "unit": UNIT, "n": len(pairs), "devices": min(devices),
+        rows.append({"a": a, "b": b, "protocol": protocol, "unit": UNIT, "n": len(pairs), "devices": min(devices),
                      **paired_test(xa, xb),
                      "bytes_ratio": round(float(np.mean(ratios)), 4) if ratios else ""})
-    return adjust(rows)
+    return rows
 
 
 def paired_test(xa: list[float], xb: list[float]) -> dict[str, Any]:
@@ -108,6 +140,16 @@ def adjust(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["p_value"] == "":
             r.update(p_adjusted="", adjustment="", comparisons=len(tested))
     return rows
+
+
+def read_paired(path: Path, protocol: str | None = None) -> list[dict[str, str]]:
+    """The rows of a ``paired.csv`` under one protocol: ``None`` for the headline (the file's
+    first rows; a file written before protocols were recorded holds only those)."""
+    rows = read_csv(path)
+    if not rows or "protocol" not in rows[0]:
+        return rows if protocol is None else []
+    wanted = rows[0]["protocol"] if protocol is None else protocol
+    return [r for r in rows if r["protocol"] == wanted]
 
 
 def _digits(p: float) -> float:

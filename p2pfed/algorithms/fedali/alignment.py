@@ -104,7 +104,8 @@ class ALPLayer(nn.Module):
 
     @torch.no_grad()
     def _follow(self, x_norm: torch.Tensor, local_plan: torch.Tensor) -> None:
-        """Eq. 5: each local prototype moves toward x̂_g, the average of its ⌈N/G⌉ best-matched
+        """Eq. 5, once per training forward pass (a batch), where App. A's pseudo-code updates
+        P_local: each local prototype moves toward x̂_g, the average of its ⌈N/G⌉ best-matched
         embeddings weighted by their plan values normalised to sum to 1 (Sec. 3.1, "weighted
         averaging on the normalized similarity value"; the released code normalises the same way)."""
         per_prototype = local_plan.T                                           # (G, N)

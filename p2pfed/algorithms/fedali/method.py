@@ -10,8 +10,12 @@ Serverless, the server's part of Alg. 1 runs on every device over its neighbourh
 averages the weights (MLP and GLU) with the neighbours' by sample count, as ``gossip-avg`` does
 (line 8), and the new global prototypes are k-means centroids (G clusters) over the local
 prototypes of the device and of the neighbours that sent since the last fusion, started from their
-sample-weighted average (lines 9-12). The local prototypes are then reset to the global ones, which
-the paper found better than keeping them (Sec. 4, last paragraph).
+sample-weighted average (lines 9-12). The local prototypes are reset to the global ones when the
+next local training starts, which the paper found better than keeping them (Sec. 4, last paragraph:
+"updating the local prototypes P_local at the start of each round"). Until then the device keeps
+the personal prototypes its last training left, and an evaluation after the fusion scores them:
+inference aligns to P_local (Eq. 3), and the authors' released code scores each client model
+(Sec. 5.1, Personalization) right after its local training, personal prototypes included.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ PROTOTYPES = "local_prototypes"   # the payload tensor with the sender's local p
 class FedAliOptions(Options):
     prototypes: int = Field(64, ge=1, description="G, prototypes per set (local and global)")
     beta: float = Field(0.2, ge=0, le=1, description="weight of the matched prototype in x̂ (Eq. 7)")
-    gamma: float = Field(0.999, ge=0, le=1, description="EMA decay of the local prototypes (Eq. 5)")
+    gamma: float = Field(0.999, ge=0, le=1, description="EMA decay of the local prototypes (Eq. 5), "
+                         "applied at every training batch (App. A; 0.999: Sec. 5.1)")
     epsilon: float = Field(0.05, gt=0, description="Sinkhorn entropic regularisation (Eq. 4)")
     sinkhorn_iterations: int = Field(3, ge=1, description="Sinkhorn-Knopp sweeps (Sec. 3.1)")
-    reset_local: bool = Field(True, description="local prototypes restart from the global ones at a fusion")
+    reset_local: bool = Field(True, description="local prototypes restart from the global ones when the "
+                              "training after a fusion starts (Sec. 4); inference until then uses the personal ones")
     hidden_layer: int | None = Field(None, ge=1, description="hidden layer whose output is aligned "
                                      "(1 = first); default the last, the embedding the head reads")
 
@@ -86,6 +92,7 @@ class FedAli(Algorithm):
         self.net: nn.Module = AlignedMLP(model, alp, after) if isinstance(model, MLP) else AlignedModel(model, alp)
         self.weights = [name for name, _ in self.net.named_parameters()]
         self.numbers: dict[str, float] = {}            # the latest round's mechanism statistics
+        self.reset_due = False   # a fusion brought global prototypes the next training starts from
 
     @property
     def alp(self) -> ALPLayer:
@@ -94,7 +101,12 @@ class FedAli(Algorithm):
     # -- Algorithm -----------------------------------------------------------------------------
     def train(self, round: int) -> TrainingWork:
         """The aligned network's training (its ALP layer keeps state: it runs alone), then the
-        mechanism's numbers."""
+        mechanism's numbers. With ``reset_local`` the local prototypes first restart from the
+        global ones of the latest fusion (Sec. 4: "at the start of each round")."""
+        if self.reset_due:
+            with torch.no_grad():
+                self.alp.local_prototypes.copy_(self.alp.global_prototypes)
+            self.reset_due = False
         before = self.alp.local_prototypes.clone()
         self.alp.reset_usage()
 
@@ -120,18 +132,22 @@ class FedAli(Algorithm):
 
     def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
         """The global prototypes now (k-means over the neighbourhood's local ones); the weights'
-        average as the job (batched with other devices' in synchronous rounds)."""
+        average as the job (batched with other devices' in synchronous rounds). The local
+        prototypes stay as the last training left them (the evaluated model's, Eq. 3) and are
+        reset when the next training starts (``train``)."""
         own = float(self.ctx.num_samples)
         counts = [float(sample_count(r.payload)) for r in fresh]
         job = averaging_job(self.net, own, [(r.parsed, n) for r, n in zip(fresh, counts)], self.weights)
-        sets = [self.alp.local_prototypes] + [
+        # A second fusion before the device trained again clusters the prototypes it will train
+        # from: after a reset that is due, the global ones.
+        mine = self.alp.global_prototypes if self.reset_due else self.alp.local_prototypes
+        sets = [mine] + [
             torch.from_numpy(np.array(r.payload.tensors[PROTOTYPES], dtype=np.float32)) for r in fresh]
         new_global = kmeans_prototypes(sets, [own, *counts])
         with torch.no_grad():
             shift = _mean_row_distance(self.alp.global_prototypes, new_global)
             self.alp.global_prototypes.copy_(new_global)
-            if self.options.reset_local:
-                self.alp.local_prototypes.copy_(new_global)
+        self.reset_due = self.options.reset_local
         self.numbers.update({"global_prototype_shift": shift,
                              "global_prototypes_distinct": float(torch.unique(new_global, dim=0).shape[0]),
                              "kmeans_points": float(len(sets) * self.alp.num_prototypes),
@@ -139,6 +155,8 @@ class FedAli(Algorithm):
         return job
 
     def evaluated_model(self) -> nn.Module:
+        """The aligned network; in eval mode its ALP layer aligns to the local (personal)
+        prototypes only (Eq. 3), which a fusion leaves as the device's last training left them."""
         return self.net
 
     def stats(self) -> dict[str, Any]:
@@ -147,12 +165,13 @@ class FedAli(Algorithm):
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "alp": model_state(self.alp),
-                "numbers": {k: float(v) for k, v in self.numbers.items()}}
+                "numbers": {k: float(v) for k, v in self.numbers.items()}, "reset_due": self.reset_due}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.alp.load_state_dict(state["alp"])
         self.numbers = {k: float(v) for k, v in state["numbers"].items()}
+        self.reset_due = bool(state["reset_due"])
 
 
 def _mean_row_distance(a: torch.Tensor, b: torch.Tensor) -> float:
