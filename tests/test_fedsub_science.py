@@ -1,21 +1,26 @@
 """FedSub as the papers ran it: the K rule that lets clusters have members, prototypes in input
 space, and the two-phase exchange (prototypes first, subnetworks only to cluster-mates that ask),
-checked in real runs through ``summary.json``."""
+checked in real runs through ``summary.json``; and a run's clusters against the groups planted in
+synthetic data."""
 
 import json
 
 import numpy as np
 import pytest
+from sklearn.metrics import adjusted_rand_score
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received
 from p2pfed.cli.main import main
 from p2pfed.engine.contacts import ContactPlan, make_contact
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
+from p2pfed.data.dataset import FederatedDataset
+from p2pfed.engine import runner
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import fuse_once
+from tests.conftest import ROOT
 from tests.hand_driven import stub_context
 
 SMALL = ["dataset.synthetic.num_devices=8", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
@@ -74,10 +79,65 @@ def test_fedsub_fuses_with_cluster_mates_in_a_real_run(repo_root, tmp_path):
     assert s["config"]["algorithm"]["k_rule"] == "min-size"
     assert s["config"]["algorithm"]["prototypes"] == "input"
     assert stats["fusions_with_mate_fraction"] > 0.5, stats
-    assert stats["cluster_size_mean"] >= 2
-    assert stats["k_mean"] < stats["literal_k_mean"]
+    # the bounded K rule finds the planted groups (3 per class; of 3, 3 and 2 of the 8 devices):
+    # as many clusters, and each device's cluster is its group (the literal rule's K beside it)
+    groups = load_scenario_dataset(load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                                                 [*SMALL, "rounds=4"])).groups
+    sizes = [np.count_nonzero(groups[:, c] == groups[d, c]) for d in range(len(groups)) for c in range(groups.shape[1])]
+    assert stats["k_mean"] == pytest.approx(np.mean([len(np.unique(g)) for g in groups.T])), stats
+    assert stats["cluster_size_mean"] == pytest.approx(np.mean(sizes)), stats
+    assert stats["literal_k_mean"] > 0
     # paper-style accounting counts each class's subnetwork apart: more than the union sent once
     assert stats["subnet_message_bytes_paper_style"] > stats["subnet_message_bytes"] > 0
+
+
+def _run_keeping_devices(overrides: list[str]) -> tuple[dict, list, FederatedDataset]:
+    """A run of synthetic-small through ``run_scenario``, with its devices' methods kept to read
+    after the run, and its data (the planted groups: ``groups``)."""
+    loaded = load_scenario(ROOT / "scenarios" / "synthetic-small.yaml", overrides)
+    kept: list = []
+    build = runner.build_algorithms
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "build_algorithms", lambda *a, **k: kept.extend(build(*a, **k)) or kept)
+        summary = runner.run_scenario(loaded, progress=False)
+    return summary, kept, load_scenario_dataset(loaded)
+
+
+@pytest.fixture(scope="module")
+def planted_runs():
+    """synthetic-small as shipped (12 devices, 4 classes, 3 planted groups of 4 per class, drawn
+    per class) under FedSub, under FedSub with every device in one cluster (no K >= 2 partition
+    has clusters of 12), and under local training."""
+    runs = {"fedsub": [], "one cluster": ["algorithm.min_cluster_size=12"], "local": ["algorithm.name=local"]}
+    return {name: _run_keeping_devices(overrides) for name, overrides in runs.items()}
+
+
+def test_fedsub_recovers_the_planted_groups_in_a_run(planted_runs):
+    """Each device's last clustering of each class, against the groups the data were drawn from
+    (which FedSub never sees): adjusted Rand index >= 0.9 on every device and class."""
+    _, devices, data = planted_runs["fedsub"]
+    ari: dict[int, list[float]] = {}
+    for c in range(data.num_classes):
+        for fedsub in devices:
+            labels = fedsub.last_clusters[c]
+            members = sorted(labels)
+            assert members == list(range(len(devices)))   # a complete graph: everyone in view
+            ari.setdefault(c, []).append(adjusted_rand_score(data.groups[members, c], [labels[m] for m in members]))
+    assert all(min(v) >= 0.9 for v in ari.values()), {c: min(v) for c, v in ari.items()}
+    # and they are used: fusing with each class's group beats fusing with everyone
+    f1 = {name: run[0]["final"]["f1_macro_mean"] for name, run in planted_runs.items()}
+    assert planted_runs["one cluster"][0]["algorithm_stats"]["k_mean"] == 1
+    assert f1["fedsub"] > f1["one cluster"], f1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FedSub recovers the groups (ARI 1.0) yet scores below local training here (F1 0.767 vs 0.935 "
+    "after fusion, 0.854 vs 0.945 after training): naive subnetworks hold nearly every hidden unit "
+    "for every class, so a device's hidden rows are averaged over the union of its four class "
+    "clusters (~9 of 12 devices), and the groups are drawn independently per class"))
+def test_fedsub_beats_local_training_on_the_planted_groups(planted_runs):
+    f1 = {name: run[0]["final"]["f1_macro_mean"] for name, run in planted_runs.items()}
+    assert f1["fedsub"] > f1["local"], f1
 
 
 def test_two_phase_sends_fewer_bytes_and_still_fuses_with_mates(repo_root, tmp_path):

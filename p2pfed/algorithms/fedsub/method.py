@@ -261,6 +261,8 @@ class FedSub(Algorithm):
         self.clusterings: ClusteringCache = ctx.shared.setdefault("fedsub/clustering", ClusteringCache())
         self.clusterings.reserve(ctx.num_classes)
         self.last_k: dict[int, int] = {}
+        # each class's last clustering of the view: class -> {device id: cluster label}
+        self.last_clusters: dict[int, dict[int, int]] = {}
         self.last_predicted: int = 0  # classes fused at the last fusion thanks to a predicted prototype
         self.protos: ClassPrototypes | None = None
         self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
@@ -389,8 +391,9 @@ class FedSub(Algorithm):
 
     def state_dict(self) -> dict[str, Any]:
         """Besides the base state: this device's own artifacts of its last share (its side of the
-        next fusion), its prototypes as shared, its requests and its statistics. Parsed peer
-        artifacts are rebuilt from the cache on load, and clusterings are a memo keyed on content."""
+        next fusion), its prototypes as shared, its requests, its last clustering per class and
+        its statistics. Parsed peer artifacts are rebuilt from the cache on load, and clusterings
+        are a memo keyed on content."""
         own, protos = self.own, self.protos
         own_state = None if own is None else {
             "classes": list(own.classes), "prototypes": array_state(own.prototypes),
@@ -403,6 +406,7 @@ class FedSub(Algorithm):
             "counts": array_state(protos.counts), "shared": array_state(protos.shared),
             "visible": protos.visible}
         return {**super().state_dict(), "own": own_state, "last_k": dict(self.last_k),
+                "last_clusters": {c: dict(labels) for c, labels in self.last_clusters.items()},
                 "last_predicted": self.last_predicted, "protos": protos_state,
                 "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters)}
 
@@ -414,6 +418,8 @@ class FedSub(Algorithm):
             scores=list(own["scores"]), values={k: v.clone() for k, v in own["values"].items()},
             units={int(c): [array_from_state(u) for u in masks] for c, masks in own["units"].items()})
         self.last_k = {int(c): int(k) for c, k in state["last_k"].items()}
+        self.last_clusters = {int(c): {int(m): int(lab) for m, lab in labels.items()}
+                              for c, labels in state.get("last_clusters", {}).items()}
         self.last_predicted = int(state["last_predicted"])
         p = state["protos"]
         self.protos = None if p is None else ClassPrototypes(
@@ -558,6 +564,7 @@ class FedSub(Algorithm):
         for c, clustering in zip(classes, clusterings, strict=True):
             members = members_of[c]
             self.last_k[c] = clustering.k
+            self.last_clusters[c] = {m: int(lab) for m, lab in zip(members, clustering.labels)}
             my_label = clustering.labels[members.index(me)]
             cluster = [m for m, lab in zip(members, clustering.labels) if lab == my_label]
             self._count_clustering(clustering.k, clustering.literal_k, len(cluster))
