@@ -16,7 +16,7 @@ Runs (each: the embedded quickstart, 30 rounds), from the worktree root:
       p2pfed run --quiet --set rounds=30 --seed $s --out RUNS/kmin-s$s            # the defaults
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.exchange=two-phase --out RUNS/twophase-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.exchange=two-phase \
-        --set algorithm.float16=true --out RUNS/tpf16-s$s
+        --set engine.precision=float16 --out RUNS/tpf16-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --algorithm gossip-avg --out RUNS/gossip-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.fusion=leadership --out RUNS/lead-s$s
       p2pfed run --quiet --set rounds=30 --seed $s --set algorithm.fusion=cluster-avg --out RUNS/cavg-s$s

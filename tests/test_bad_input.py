@@ -349,3 +349,37 @@ def test_packaged_npz_reader_still_reads_a_good_file(tmp_path):
     assert zipfile.is_zipfile(tmp_path / "ok.npz")
     arrays = load_npz(tmp_path / "ok.npz", ("a", "b"))
     assert arrays["a"].tolist() == [0, 1, 2] and arrays["b"].shape == (2, 2)
+
+
+# -- networks in which some devices never meet anyone ----------------------------------------------
+def test_a_topology_file_that_cuts_devices_off_is_refused_naming_them(tmp_path, capsys):
+    """Twelve nodes in two parts would run to complete-looking results in which three devices never
+    learn from the others: refused naming the file and those nodes, unless the scenario opts in."""
+    edges = tmp_path / "split.edgelist"
+    edges.write_text("".join(f"{i} {i + 1}\n" for i in range(8)) + "9 10\n10 11\n")
+    sets = ["--set", "topology.kind=file", "--set", f"topology.file={edges}"]
+    (line,) = validate(capsys, str(SMALL), *sets)
+    assert line == (f"{SMALL}: topology.file: {edges}: nodes 9, 10, 11 have no path to the other 9 (2 separate "
+                    "parts); connect them, or set topology.allow_disconnected: true")
+    out = tmp_path / "out"
+    assert main(["run", str(SMALL), "--quiet", "--out", str(out), *sets, "--set", "rounds=1",
+                 "--set", "topology.allow_disconnected=true"]) == 0
+    assert json.loads((out / "summary.json").read_text())["topology"]["edges"] == 10
+
+
+def test_a_trace_whose_contacts_involve_none_of_the_devices_is_refused_even_with_mismatch_allowed(tmp_path, capsys):
+    trace = ROOT / "topologies" / "example-interval.txt"
+    sets = ["--set", "contacts.kind=trace", "--set", "contacts.format=interval", "--set", f"contacts.file={trace}",
+            "--set", "contacts.allow_node_mismatch=true",
+            "--set", f"contacts.nodes=[{', '.join(f'u{i}' for i in range(12))}]"]   # ids the file never names
+    (line,) = validate(capsys, str(SMALL), *sets)
+    assert line.startswith(f"{SMALL}: contacts.file: {trace}: none of its 7 contacts is between two of the "
+                           "scenario's 12 devices within the run's window (trace ids used as devices: none)")
+    assert line.endswith("or set contacts.allow_no_contacts: true")
+    # a window after the trace's last contact is the same mistake
+    (line,) = validate(capsys, str(SMALL), *sets[:8], "--set", "contacts.start_s=5000")
+    assert "none of its 7 contacts" in line and "trace ids used as devices: 0, 1, 2, 3" in line
+    out = tmp_path / "out"
+    assert main(["run", str(SMALL), "--quiet", "--out", str(out), *sets, "--set", "contacts.duration_s=60",
+                 "--set", "contacts.allow_no_contacts=true"]) == 0
+    assert json.loads((out / "summary.json").read_text())["comm"]["transfers_started"] == 0

@@ -201,6 +201,28 @@ def test_predicted_prototypes_let_a_device_fuse_classes_it_has_no_data_for(repo_
     assert all(torch.equal(plain[0].ctx.model.layers[-1].weight.detach()[c], before[c]) for c in missing)
 
 
+def test_predict_for_own_predicts_only_the_devices_hidden_training_classes(repo_root):
+    """Alg. 3 as written predicts a device's prototype for every class a peer holds, classes it
+    will never have included; ``predict_for: own`` keeps only its own training classes hidden for
+    now (a dynamic class schedule), as a device with a returning class would want."""
+    extra = ["dataset.synthetic.classes_per_device=2", "algorithm.predict_missing=true",
+             "algorithm.predict_neighbors=2", "algorithm.kmeans_n_init=2"]
+    clustered = {}
+    for predict_for in ("all", "own"):
+        algos = _build(repo_root, [*extra, f"algorithm.predict_for={predict_for}"])
+        me = algos[0]
+        own = sorted(int(c) for c in np.unique(me.ctx.device.y_train))
+        hidden, kept = own[0], own[1]
+        me.ctx.set_visible_classes(frozenset({kept}))   # one own class hidden, to return later
+        _exchange(algos)
+        fuse_once(me, 0, 1.0)
+        clustered[predict_for] = set(me.last_k)
+        never = set(range(4)) - set(own)
+    assert clustered["all"] & never                    # literal: classes it will never have
+    assert clustered["own"] == {hidden, kept}          # own: its hidden class, predicted, and the kept one
+    assert hidden in clustered["all"]
+
+
 def test_class_schedule_hides_and_returns_classes_on_time():
     held = [np.repeat(np.arange(6), 3) for _ in range(10)]
     sched = draw_class_schedule(held, devices_fraction=0.6, max_removed_fraction=0.8, return_every=5,
@@ -266,8 +288,8 @@ algorithm:
   proto_noise: laplace
   proto_noise_epsilon: 5.0
   proto_noise_sensitivity: 0.2
-  float16: true
 topology: {kind: complete}
+engine: {precision: float16}
 dynamic: {devices_fraction: 0.5, max_removed_fraction: 0.7, return_every: 2}
 """)
     out = tmp_path / "run"
@@ -281,23 +303,29 @@ dynamic: {devices_fraction: 0.5, max_removed_fraction: 0.7, return_every: 2}
     assert summary["final"]["f1_macro_mean"] is not None
 
 
-@pytest.mark.parametrize("float16", [False, True])
-def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit(repo_root, float16):
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit(repo_root, precision):
     from p2pfed.algorithms.base import ArtifactError, Payload
     from p2pfed.algorithms.fedsub.method import decode_subnetworks, encode_subnetworks
     from p2pfed.algorithms.fedsub.subnetworks import union_units
     from p2pfed.transport import Message, decode, encode
+    from p2pfed.transport.precision import PRECISION_KEY, reduce_precision, restore_precision
+    float16 = precision == "float16"
     algo = _build(repo_root, ["model.hidden=[13,30]", "algorithm.extraction=lrp-a1b0"])[0]
     train_once(algo, 0)
     algo._extract()
     own = algo.own
     model = algo.ctx.model
-    tensors = encode_subnetworks(model, own.units, float16)
+    tensors = encode_subnetworks(model, own.units)
     total_units = 13 + 30 + 4
     assert tensors["units"].dtype == np.uint8 and tensors["units"].shape == (len(own.classes), 6)
-    msg = decode(encode(Message(kind="fedsub/artifacts", sender=0, round=0, sent_at=0.0, meta={},
-                                tensors=tensors)))
-    units, values = decode_subnetworks(model, own.classes, Payload({}, dict(msg.tensors)))
+    meta, wire = reduce_precision({}, tensors, precision)
+    msg = decode(encode(Message(kind="fedsub/artifacts", sender=0, round=0, sent_at=0.0, meta=meta,
+                                tensors=wire)))
+    assert {t.dtype for t in msg.tensors.values() if t.dtype.kind == "f" and t.size} == {
+        np.dtype(np.float16 if float16 else np.float32)}
+    restored = restore_precision(msg.meta.get(PRECISION_KEY), dict(msg.tensors))
+    units, values = decode_subnetworks(model, own.classes, Payload({}, restored))
     for c in own.classes:
         assert [u.tolist() for u in units[c]] == [u.tolist() for u in own.units[c]]
     union = union_units(own.units)
@@ -324,7 +352,7 @@ def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_
     train_once(algo, 0)
     algo._extract()
     model, own = algo.ctx.model, algo.own
-    tensors = encode_subnetworks(model, own.units, False)
+    tensors = encode_subnetworks(model, own.units)
     shared: dict = {}   # one decoded message's memo, as every receiver of a broadcast gets it
     first = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))
     second = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))

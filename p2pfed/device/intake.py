@@ -11,6 +11,7 @@ algorithm's cache:
 4. within the run's window: not from a round past the last, not older than the TTL;
 5. the method's message kind;
 6. relay rules: a carried artifact names another device as its origin, within the hop limit;
+   tensors sent at a reduced wire precision are restored (their record checked);
 7. the method's own check against the local model (``check``, through ``Algorithm.receive``).
 
 A peer whose messages fail more than ``max_bad_messages`` times is ignored from then on.
@@ -40,8 +41,10 @@ from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
 from p2pfed.device.wire import RELAY_KEY, RESEND_KIND
 from p2pfed.results.recorder import Recorder
 from p2pfed.transport import CodecError, Message, decode
+from p2pfed.transport.precision import PRECISION_KEY, restore_precision
 
 log = logging.getLogger("p2pfed.device")
+_RESTORED = ("p2pfed/intake", "restored-tensors")   # memo key of a message's tensors at full precision
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,17 @@ class Intake:
         if msg.kind != self.algorithm.kind():
             raise Refused("artifact", f"kind {msg.kind!r}, expected {self.algorithm.kind()!r}")
         meta = dict(msg.meta)
+        memo = {} if memo is None else memo
         try:
             origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)
+            record = meta.pop(PRECISION_KEY, None)
+            try:   # a broadcast's receivers restore its tensors once (memo is shared like the message)
+                tensors = (memo[_RESTORED] if _RESTORED in memo
+                           else memo.setdefault(_RESTORED, restore_precision(record, dict(msg.tensors))))
+            except CodecError as exc:
+                raise Refused(f"codec:{exc.reason}", str(exc)) from None
             item = Received(sender=origin, round=msg.round, sent_at=msg.sent_at, received_at=now,
-                            payload=Payload(meta, dict(msg.tensors), {} if memo is None else memo),
-                            hops=hops)
+                            payload=Payload(meta, dict(tensors), memo), hops=hops)
             self.algorithm.receive(item)
         except ArtifactError as exc:
             raise Refused("artifact", str(exc)) from None

@@ -58,7 +58,8 @@ class DeviceLoop:
                  neighbours: Callable[[], list[int]] | None = None,
                  visible_classes: Callable[[int], frozenset[int] | None] | None = None,
                  max_age_s: float | None = None, split_parts: bool = False,
-                 evaluate_when: str = "after-fusion", evaluate_both: bool = False) -> None:
+                 evaluate_when: str = "after-fusion", evaluate_both: bool = False,
+                 precision: str = "float32") -> None:
         """``clock``: the runtime's time (simulated seconds, or wall-clock seconds);
         ``neighbours``: the devices this one can reach now, as the runtime sees them (offered to
         the method as ``ctx.neighbours()``);
@@ -66,7 +67,8 @@ class DeviceLoop:
         ``max_age_s``: the TTL of cached artifacts; ``split_parts``: share in separately useful
         parts (prototypes before subnetworks) for links that may end mid-transfer;
         ``evaluate_when``: where in ``act`` a due evaluation happens (``EVALUATE_WHEN``), the one
-        the headline metrics report; ``evaluate_both``: score the other point of ``act`` too."""
+        the headline metrics report; ``evaluate_both``: score the other point of ``act`` too;
+        ``precision``: the wire precision of shared float tensors (``engine.precision``)."""
         if evaluate_when not in EVALUATE_WHEN:
             raise ValueError(f"evaluation.when: {evaluate_when!r}; choose one of {', '.join(EVALUATE_WHEN)}")
         self.device = device
@@ -74,6 +76,7 @@ class DeviceLoop:
         self.algorithm = algorithm
         self.recorder = recorder
         self.max_message_bytes = max_message_bytes
+        self.precision = precision
         self.visible_classes = visible_classes
         self.max_age_s = max_age_s
         self.split_parts = split_parts
@@ -121,7 +124,8 @@ class DeviceLoop:
         if not self.split_parts:
             parts = merge_parts(parts)
         return [Outgoing(p.meta.get("part", "whole"), round, now,
-                         encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes),
+                         encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes,
+                                      precision=self.precision),
                          to=p.meta.get("to"))
                 for p in parts]
 

@@ -1,4 +1,5 @@
-"""A device's payload on the wire: one codec message, optionally marked as carried for another.
+"""A device's payload on the wire: one codec message, optionally marked as carried for another,
+at the run's wire precision (``engine.precision``, ``p2pfed.transport.precision``).
 
 A message carried by a relay (store-carry-forward) names the relay as ``sender`` and the device
 that made it in ``meta['relay']`` (``origin``, ``hops``); the receiver caches it under the origin
@@ -13,17 +14,21 @@ from p2pfed.algorithms import Payload
 from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.transport import Message, encode
 from p2pfed.transport.codec import encoded_size
+from p2pfed.transport.precision import reduce_precision
 
 RELAY_KEY = "relay"
 RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
 
 
 def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
-                 max_bytes: int, relay: dict[str, int] | None = None) -> bytes:
-    """A payload on the wire; ``relay`` marks a copy carried on behalf of its ``origin``."""
-    meta = payload.meta if relay is None else {**payload.meta, RELAY_KEY: relay}
+                 max_bytes: int, relay: dict[str, int] | None = None, precision: str = "float32") -> bytes:
+    """A payload on the wire; ``relay`` marks a copy carried on behalf of its ``origin``;
+    ``precision``: the wire precision of its float tensors (the receiver's intake restores them)."""
+    meta, tensors = reduce_precision(payload.meta, payload.tensors, precision)
+    if relay is not None:
+        meta = {**meta, RELAY_KEY: relay}
     return encode(Message(kind=kind, sender=sender, round=round, sent_at=sent_at, meta=meta,
-                          tensors=payload.tensors), max_bytes=max_bytes)
+                          tensors=tensors), max_bytes=max_bytes)
 
 
 def encode_resend_request(sender: int, from_round: int, sent_at: float, max_bytes: int) -> bytes:
@@ -35,8 +40,10 @@ def encode_resend_request(sender: int, from_round: int, sent_at: float, max_byte
                           tensors={}), max_bytes=max_bytes)
 
 
-def full_model_bytes(model: nn.Module) -> int:
-    """Encoded size of one whole-model message: the yardstick for communication ratios."""
+def full_model_bytes(model: nn.Module, precision: str = "float32") -> int:
+    """Encoded size of one whole-model message at the run's wire precision: the yardstick for
+    communication ratios (so a ratio compares equal precisions)."""
     p = model_payload(model, 0)
-    return encoded_size(Message(kind="gossip/model", sender=0, round=0, sent_at=0.0, meta=p.meta,
-                                tensors=p.tensors))
+    meta, tensors = reduce_precision(p.meta, p.tensors, precision)
+    return encoded_size(Message(kind="gossip/model", sender=0, round=0, sent_at=0.0, meta=meta,
+                                tensors=tensors))

@@ -99,11 +99,13 @@ class OpportunisticSimulation:
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  forwarding: Forwarding = Forwarding(), offline: Sequence[tuple[int, float, float]] = (),
                  first_training_s: list[float] | None = None,
-                 on_time: Callable[[float], None] | None = None, batched: bool = True) -> None:
+                 on_time: Callable[[float], None] | None = None, batched: bool = True,
+                 precision: str = "float32") -> None:
         """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
         trains (default: a uniform random phase within one period, so clocks are not aligned);
         ``batched``: steps finishing together (``schedule.batch_window_s``) batch their arithmetic
-        (``finish_together``; ``engine.batched_training``)."""
+        (``finish_together``; ``engine.batched_training``); ``precision``: the wire precision of
+        shared float tensors, carried copies included (``engine.precision``)."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
         self.env = simpy.Environment()
@@ -113,6 +115,7 @@ class OpportunisticSimulation:
         self.recorder = recorder
         self.rng = rng
         self.max_message_bytes = max_message_bytes
+        self.precision = precision
         self.forwarding = forwarding
         self.offline = sorted(offline, key=lambda x: (x[1], x[0]))
         self.on_time = on_time
@@ -124,7 +127,8 @@ class OpportunisticSimulation:
                                  max_message_bytes=max_message_bytes,
                                  neighbours=cast("Callable[[], list[int]]",
                                                  lambda i=i: self.plan.neighbours(i, float(self.env.now))),
-                                 max_age_s=schedule.max_age_s, split_parts=schedule.send_policy != "whole")
+                                 max_age_s=schedule.max_age_s, split_parts=schedule.send_policy != "whole",
+                                 precision=precision)
                       for i, algo in enumerate(algorithms)]
         self.delivery = Delivery(algorithms, recorder,
                                  IntakeRules(max_message_bytes, max_age_s=schedule.max_age_s,
@@ -281,7 +285,8 @@ class OpportunisticSimulation:
         if c.frame is None:
             c.frame = Frame(encode_share(self.algorithms[src].kind(), src, c.item.round,
                                          c.item.sent_at, c.item.payload, self.max_message_bytes,
-                                         relay={"origin": c.item.sender, "hops": c.item.hops + 1}))
+                                         relay={"origin": c.item.sender, "hops": c.item.hops + 1},
+                                         precision=self.precision))
         return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
 
     def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event) -> Generator[simpy.Event, Any, None]:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from p2pfed.engine.contacts.build import trace_contacts
 from p2pfed.engine.contacts.plan import ContactError
-from p2pfed.engine.contacts.traces import map_nodes, read_trace
-from p2pfed.network.topology import TopologyError, read_topology_file
+from p2pfed.engine.contacts.traces import read_trace
+from p2pfed.network.topology import TopologyError, read_topology_file, require_connected
 from p2pfed.scenario.budget import device_count, memory_problems
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError
 
@@ -52,21 +53,23 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
         def topology() -> None:
             path = loaded.resolve(sc.topology.file)
             assert path is not None   # the schema requires topology.file with kind 'file'
-            nodes = read_topology_file(path).number_of_nodes()
+            graph = read_topology_file(path)
+            nodes = graph.number_of_nodes()
             if known_devices and nodes != device_count(sc):
                 raise TopologyError(f"{path}: has {nodes} nodes but the scenario has "
                                     f"{device_count(sc)} devices")
+            if not sc.topology.allow_disconnected:
+                require_connected(graph, path)
         check("topology.file", topology)
     if sc.contacts.kind == "trace":
         def trace() -> None:
             path = loaded.resolve(sc.contacts.file)
             assert path is not None and sc.contacts.format is not None   # required with kind 'trace'
             contacts = read_trace(path, sc.contacts.format, window_s=sc.contacts.window_s)
-            if not contacts:
-                raise ContactError(f"{path}: the trace holds no contacts")
             if known_devices:
-                map_nodes(contacts, device_count(sc), sc.contacts.nodes,
-                          allow_mismatch=sc.contacts.allow_node_mismatch, source=str(path))
+                trace_contacts(contacts, sc.contacts, device_count(sc), str(path))
+            elif not contacts:
+                raise ContactError(f"{path}: the trace holds no contacts")
         check("contacts.file", trace)
     return problems
 

@@ -126,7 +126,8 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
         extra["offload"] = offload.stats()
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
-                            full_model_bytes=full_model_bytes(algorithms[0].ctx.model), **extra)
+                            full_model_bytes=full_model_bytes(algorithms[0].ctx.model, sc.engine.precision),
+                            **extra)
     rows.emit(recorder.rows)
     rows.end(summary)
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan)
@@ -154,7 +155,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
     sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
                      class_schedule=class_schedule,
-                     batched_training=sc.engine.batched_training)
+                     batched_training=sc.engine.batched_training, precision=sc.engine.precision)
     mark = fingerprint(loaded)
     try:
         if checkpointing is not None and checkpointing.path.exists():
@@ -213,7 +214,8 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
 
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
-                                  offline=offline, on_time=on_time, batched=sc.engine.batched_training)
+                                  offline=offline, on_time=on_time, batched=sc.engine.batched_training,
+                                  precision=sc.engine.precision)
     try:
         sim_time = sim.run()
     finally:

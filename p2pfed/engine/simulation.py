@@ -71,8 +71,10 @@ class Simulation:
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
-                 class_schedule: ClassSchedule | None = None, batched_training: bool = True) -> None:
+                 class_schedule: ClassSchedule | None = None, batched_training: bool = True,
+                 precision: str = "float32") -> None:
         """``rng``: the stream that draws which devices take part in each round;
+        ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
         computation (``engine.batched_training``), equal to one at a time to float rounding."""
         self.algorithms = algorithms
@@ -86,7 +88,7 @@ class Simulation:
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
                                  neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
-                                 evaluate_both=schedule.eval_both,
+                                 evaluate_both=schedule.eval_both, precision=precision,
                                  visible_classes=None if class_schedule is None
                                  else cast("Callable[[int], frozenset[int] | None]",
                                            lambda r, i=i: class_schedule.visible(i, r)))

@@ -79,11 +79,26 @@ def _check_edge(where: str, u: object, v: object, data: dict) -> None:
         data[key] = value
 
 
-def _from_file(path: Path, num_devices: int) -> nx.Graph:
+def require_connected(g: nx.Graph, path: Path) -> None:
+    """A file whose graph leaves some nodes with no path to the others would run to
+    complete-looking results in which those devices never learn from anyone: refuse it, naming
+    the nodes cut off from the largest part (``topology.allow_disconnected`` opts in)."""
+    if g.number_of_nodes() <= 1 or nx.is_connected(g):
+        return
+    parts = sorted(nx.connected_components(g), key=lambda c: (-len(c), min(map(_node_sort_key, c))))
+    cut = sorted((n for part in parts[1:] for n in part), key=_node_sort_key)
+    shown = ", ".join(map(str, cut[:10])) + (f" and {len(cut) - 10} more" if len(cut) > 10 else "")
+    raise TopologyError(f"{path}: nodes {shown} have no path to the other {len(parts[0])} ({len(parts)} separate "
+                        "parts); connect them, or set topology.allow_disconnected: true")
+
+
+def _from_file(path: Path, num_devices: int, allow_disconnected: bool = False) -> nx.Graph:
     g = read_topology_file(path)
     nodes = sorted(g.nodes, key=_node_sort_key)
     if len(nodes) != num_devices:
         raise TopologyError(f"{path}: has {len(nodes)} nodes but the scenario has {num_devices} devices")
+    if not allow_disconnected:
+        require_connected(g, path)
     # Node ids are mapped to devices in sorted order (numerically when they are integers).
     return nx.relabel_nodes(g, {node: i for i, node in enumerate(nodes)})
 
@@ -95,8 +110,10 @@ def _node_sort_key(node: object) -> tuple[int, int | str]:
 
 def build_topology(kind: str, num_devices: int, *, seed: int, k: int = 4, p: float = 0.1,
                    degree: int = 3, file: str | Path | None = None,
-                   bandwidth_bps: float = 1e6, latency_s: float = 0.05) -> nx.Graph:
-    """Build the named graph; random kinds are redrawn from ``seed`` until connected."""
+                   bandwidth_bps: float = 1e6, latency_s: float = 0.05,
+                   allow_disconnected: bool = False) -> nx.Graph:
+    """Build the named graph; random kinds are redrawn from ``seed`` until connected, and a file's
+    graph must be connected unless ``allow_disconnected``."""
     n = num_devices
     if kind == "complete":
         g = nx.complete_graph(n)
@@ -117,7 +134,7 @@ def build_topology(kind: str, num_devices: int, *, seed: int, k: int = 4, p: flo
     elif kind == "file":
         if file is None:
             raise TopologyError("topology.file is required when topology.kind is 'file'")
-        g = _from_file(Path(file), n)
+        g = _from_file(Path(file), n, allow_disconnected)
     else:
         raise TopologyError(f"unknown topology.kind {kind!r}")
     g.add_nodes_from(range(n))

@@ -84,7 +84,7 @@ class Peer:
         own = self.algo.ctx.device
         self.class_counts = {"train": np.bincount(own.y_train, minlength=dataset.num_classes).tolist(),
                              "test": np.bincount(own.y_test, minlength=dataset.num_classes).tolist()}
-        self.full_model_bytes = full_model_bytes(self.algo.ctx.model)
+        self.full_model_bytes = full_model_bytes(self.algo.ctx.model, sc.engine.precision)
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.out / "checkpoint.pt"
@@ -97,7 +97,8 @@ class Peer:
                                max_message_bytes=sc.engine.max_message_bytes,
                                neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
                                visible_classes=self.visible_classes,
-                               evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both)
+                               evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both,
+                               precision=sc.engine.precision)
         self.intake = Intake(cfg.id, self.algo, self.recorder,
                              IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                          max_bad_messages=cfg.max_bad_messages, contain_errors=True,

@@ -39,6 +39,8 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
                   **{k: final[k] for k in (*PROTOCOL_COLUMNS, *GENERALIZATION_COLUMNS) if k in final}},
         "evaluation": _evaluation(config, recorder),
         "comm": {
+            # every method's float tensors at this precision, the full model too (a fair yardstick)
+            "precision": config.get("engine", {}).get("precision", "float32"),
             "bytes_sent_total": bytes_total,
             "bytes_per_device_per_round": round_float(per_device_round, 1),
             "full_model_bytes": full_model_bytes,

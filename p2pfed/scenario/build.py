@@ -92,7 +92,7 @@ def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
     sc, topo = loaded.scenario, loaded.scenario.topology
     return build_topology(topo.kind, num_devices, seed=int_seed(sc.seed, "graph"), k=topo.k, p=topo.p,
                           degree=topo.degree, file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
-                          latency_s=topo.latency_s)
+                          latency_s=topo.latency_s, allow_disconnected=topo.allow_disconnected)
 
 
 def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset, *, shared: dict | None = None,

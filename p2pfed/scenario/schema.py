@@ -154,6 +154,7 @@ class TopologySection(Section):
     file: str | None = None
     bandwidth_bps: float = Field(default=1e6, gt=0)
     latency_s: float = Field(default=0.05, ge=0)
+    allow_disconnected: bool = False   # a topology file whose nodes do not all reach each other
 
     @model_validator(mode="after")
     def _file_when_needed(self) -> TopologySection:
@@ -166,6 +167,9 @@ class EngineSection(Section):
     round_period_s: float = Field(default=30.0, gt=0)
     participation: float = Field(default=1.0, gt=0, le=1)
     max_message_bytes: int = Field(default=64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES)
+    # Every method's float tensors on the wire (p2pfed/transport/precision.py): one setting for
+    # all, so bytes compare at equal precision; receivers restore them before the method sees them.
+    precision: Literal["float32", "float16", "int8"] = "float32"
     # "auto": every core in a simulation, one per real peer or sweep worker (scenario/threads.py)
     torch_threads: int | Literal["auto"] = "auto"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
@@ -239,6 +243,7 @@ class ContactsSection(Section):
     start_s: float | None = Field(default=None, ge=0)
     nodes: Literal["sorted", "most-active"] | list[int | str] = "sorted"
     allow_node_mismatch: bool = False
+    allow_no_contacts: bool = False   # a trace none of whose contacts is between two of the devices
 
     @model_validator(mode="after")
     def _trace_needs_file(self) -> ContactsSection:

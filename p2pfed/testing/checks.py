@@ -27,7 +27,10 @@ device loop and intake (``Federation``):
 - ``malformed_payloads_refused``: a peer's share with a tensor missing, reshaped or retyped, or a
   meta field missing or of another type, is refused by ``check`` with ``ArtifactError`` — or, if
   accepted, fused and trained on without error;
-- ``parts_declared``: the parts ``share`` names are in the class's ``parts``.
+- ``parts_declared``: the parts ``share`` names are in the class's ``parts``;
+- ``reduced_precision_accepted``: with every float tensor sent as int8 and as float16
+  (``engine.precision``), nothing a device shares is dropped, fewer bytes travel than at float32,
+  and the models stay finite — a method must not depend on the exact bits it was sent.
 """
 
 from __future__ import annotations
@@ -74,8 +77,8 @@ class Setup:
         return make_algorithms(self.method, self.dataset, self.options, seed=self.seed, rounds=ROUNDS,
                                hidden=HIDDEN, model=self.model, training=TrainingConfig(lr=0.1, batch_size=8))
 
-    def federation(self, *, batched: bool = False) -> Federation:
-        return Federation(self.algorithms(), batched=batched)
+    def federation(self, *, batched: bool = False, precision: str = "float32") -> Federation:
+        return Federation(self.algorithms(), batched=batched, precision=precision)
 
 
 def default_dataset() -> FederatedDataset:
@@ -171,6 +174,23 @@ def check_malformed_payloads_refused(setup: Setup) -> None:
                                     "(check must refuse what fuse cannot use)") from None
 
 
+def check_reduced_precision_accepted(setup: Setup) -> None:
+    sent = {}
+    for precision in ("float32", "float16", "int8"):
+        federation = setup.federation(precision=precision).run(3, evaluate=True)
+        recorder = federation.recorder
+        if recorder.messages_dropped:
+            raise ContractError(f"at engine.precision {precision}: {recorder.messages_dropped} messages "
+                                f"dropped ({dict(recorder.drop_reasons)}); accept restored float32 tensors")
+        for i, algo in enumerate(federation.algorithms):
+            if not all(bool(torch.isfinite(v).all()) for v in _parameters(algo).values()):
+                raise ContractError(f"at engine.precision {precision}: device {i}'s model is not finite")
+        sent[precision] = recorder.bytes_sent_total
+    if sent["float32"] and not sent["int8"] < sent["float16"] < sent["float32"]:
+        raise ContractError(f"bytes sent at float32 / float16 / int8: {sent['float32']} / {sent['float16']} / "
+                            f"{sent['int8']}: share float tensors (float32) for the wire precision to apply")
+
+
 CHECKS: dict[str, Callable[[Setup], None]] = {
     "state_round_trip": check_state_round_trip,
     "resume_equals_uninterrupted": check_resume_equals_uninterrupted,
@@ -178,6 +198,7 @@ CHECKS: dict[str, Callable[[Setup], None]] = {
     "same_seed_same_numbers": check_same_seed_same_numbers,
     "malformed_payloads_refused": check_malformed_payloads_refused,
     "parts_declared": check_parts_declared,
+    "reduced_precision_accepted": check_reduced_precision_accepted,
 }
 
 

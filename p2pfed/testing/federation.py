@@ -60,10 +60,11 @@ class Federation:
 
     def __init__(self, algorithms: Sequence[Algorithm], graph: nx.Graph | None = None, *, batched: bool = False,
                  split_parts: bool = False, period_s: float = 1.0, evaluate_when: str = "after-fusion",
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, precision: str = "float32") -> None:
         """``batched``: the runtimes' batched arithmetic (equal to one device at a time to float
         rounding); ``split_parts``: every part of a share its own message, as over contacts;
-        ``period_s``: simulated seconds per round (a round's clock is ``round * period_s``)."""
+        ``period_s``: simulated seconds per round (a round's clock is ``round * period_s``);
+        ``precision``: the wire precision of shared float tensors (``engine.precision``)."""
         n = len(algorithms)
         self.algorithms = list(algorithms)
         self.graph = nx.complete_graph(n) if graph is None else graph
@@ -75,7 +76,7 @@ class Federation:
                                  neighbours=cast("Callable[[], list[int]]",
                                                  lambda i=i: sorted(self.graph.neighbors(i))),
                                  split_parts=split_parts,
-                                 evaluate_when=evaluate_when)
+                                 evaluate_when=evaluate_when, precision=precision)
                       for i, a in enumerate(self.algorithms)]
         self.intakes = [Intake(i, a, self.recorder, IntakeRules(max_message_bytes, num_devices=n))
                         for i, a in enumerate(self.algorithms)]

@@ -22,7 +22,8 @@ written in them. ``algorithm_stats`` reports the chosen K next to the literal ru
 
 Optionally (ubiquitous version, Alg. 3) the prototypes members lack are first predicted by
 collaborative filtering, so a device is also clustered, and fused, for classes it has no data for
-yet; and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise (drawn
+yet (``predict_for: own``: only for its own training classes hidden for now, not classes it will
+never have); and optionally (journal Sec. 3.3) shared prototypes carry Gaussian or Laplace noise (drawn
 once per prototype computation, so repeating an unchanged prototype does not average it away).
 
 Serverless adaptations: the cache holds the newest artifacts per *peer that reached this device*
@@ -70,7 +71,6 @@ class FedSubOptions(MLPOptions):
     score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
     depth: Literal["full", "partial"] = "full"
     shared_layers: int = Field(2, ge=1, description="layers fused when depth is partial")
-    float16: bool = Field(False, description="send parameter values as float16")
     prototypes: Literal["input", "embedding"] = Field(
         "input", description="class means of the input data (papers) or of the penultimate features")
     k_rule: Literal["min-size", "half", "literal"] = Field(
@@ -83,6 +83,9 @@ class FedSubOptions(MLPOptions):
     cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
     predict_missing: bool = Field(False, description="predict absent prototypes (ubiquitous Alg. 3)")
     predict_neighbors: int = Field(3, ge=1, description="n most similar members in Eq. 2")
+    predict_for: Literal["all", "own"] = Field(
+        "all", description="classes a device predicts its own prototype for: every class a peer holds "
+                           "(Alg. 3 as written) or only its own training classes hidden for now (dynamic data)")
     proto_noise: Literal["none", "gaussian", "laplace"] = "none"
     proto_noise_sigma: float | None = Field(None, gt=0, description="gaussian noise std")
     proto_noise_epsilon: float | None = Field(None, gt=0, description="laplace privacy budget")
@@ -94,6 +97,14 @@ class FedSubOptions(MLPOptions):
         if v not in EXTRACTORS:
             raise ValueError(f"unknown extraction {v!r}; choose one of {sorted(EXTRACTORS)}")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "float16" in data:
+            raise ValueError("float16: replaced by engine.precision: float16, which sends every method's "
+                             "tensors (FedSub's prototypes too) at that precision, so bytes compare fairly")
+        return data
 
     @model_validator(mode="after")
     def _noise_parameters(self) -> FedSubOptions:
@@ -155,11 +166,12 @@ class Artifacts:
 PARTS = ("whole", "prototypes", "subnetworks")
 
 
-def encode_subnetworks(model: MLP, units: dict[int, UnitMasks], float16: bool) -> dict[str, np.ndarray]:
-    """Rows of the union of the class subnetworks (sent once) plus one bit per unit and class."""
+def encode_subnetworks(model: MLP, units: dict[int, UnitMasks]) -> dict[str, np.ndarray]:
+    """Rows of the union of the class subnetworks (sent once) plus one bit per unit and class,
+    as float32 (the wire precision, ``engine.precision``, is the transport's, for every method)."""
     classes = sorted(units)
     union = union_units(units)
-    dtype = np.float16 if float16 else np.float32
+    dtype = np.float32
     total = sum(layer.out_features for layer in model.layers)
     bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
             else np.zeros((0, total), dtype=bool))
@@ -317,8 +329,8 @@ class FedSub(Algorithm):
         own = self.own
         assert own is not None and own.units is not None   # set by the share's extraction
         units = {c: own.units[c] for c in classes}
-        tensors = encode_subnetworks(self.model, units, self.options.float16)
-        value_bytes = 2 if self.options.float16 else 4
+        tensors = encode_subnetworks(self.model, units)
+        value_bytes = 4   # both accountings at float32; the wire's bytes (engine.precision) are in comm
         self.counters["subnet_messages"] += 1
         self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
         # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
@@ -519,6 +531,8 @@ class FedSub(Algorithm):
         view = {me: self.own, **peers}
         held = {m: a.prototype_of for m, a in view.items()}
         predicted = predict_missing(held, o.predict_neighbors) if o.predict_missing else {}
+        if o.predict_for == "own" and me in predicted:   # not classes this device will never have
+            predicted[me] = {c: p for c, p in predicted[me].items() if c in self._training_classes}
         # members with a real or a predicted prototype for c are clustered; only those with real
         # data for c have a subnetwork to fuse
         classes = sorted(set(self.own.classes) | set(predicted.get(me, {})))
@@ -532,6 +546,11 @@ class FedSub(Algorithm):
             point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
                           for c in classes]
         return _FusionView(view, held, classes, members_of, point_sets)
+
+    @cached_property
+    def _training_classes(self) -> frozenset[int]:
+        """Every class of the device's training data, those hidden for now (dynamic data) too."""
+        return frozenset(int(c) for c in np.unique(self.ctx.device.y_train))
 
     @cached_property
     def _sweep_params(self) -> dict[str, Any]:

@@ -9,9 +9,9 @@ import networkx as nx
 import numpy as np
 
 from p2pfed.engine.contacts.mobility import random_waypoint_contacts
-from p2pfed.engine.contacts.plan import ContactError, ContactPlan, make_contact, static_contacts
+from p2pfed.engine.contacts.plan import Contact, ContactError, ContactPlan, make_contact, static_contacts
 from p2pfed.engine.contacts.poisson import poisson_contacts
-from p2pfed.engine.contacts.traces import map_nodes, read_trace
+from p2pfed.engine.contacts.traces import TraceContact, map_nodes, read_trace
 
 if TYPE_CHECKING:
     from p2pfed.scenario.schema import ContactsSection
@@ -49,13 +49,31 @@ def build_contact_plan(section: ContactsSection, num_devices: int, *, seed: int,
         if file is None or s.format is None:
             raise ContactError("contacts.file and contacts.format are required when contacts.kind is 'trace'")
         raw = read_trace(file, s.format, window_s=s.window_s)
-        if not raw:
-            raise ContactError(f"{file}: the trace holds no contacts")
-        ids = map_nodes(raw, num_devices, s.nodes, allow_mismatch=s.allow_node_mismatch, source=str(file))
-        t0 = min(c.start for c in raw) if s.start_s is None else s.start_s
-        horizon = duration or (max(c.end for c in raw) - t0)
-        contacts = [make_contact(ids[c.a], ids[c.b], max(c.start - t0, 0.0), min(c.end - t0, horizon),
-                                 s.bandwidth_bps, s.latency_s)
-                    for c in raw if c.a in ids and c.b in ids and c.end - t0 > 0 and c.start - t0 < horizon]
+        contacts, horizon = trace_contacts(raw, s, num_devices, str(file))
         return ContactPlan(num_devices, contacts), horizon
     raise ContactError(f"contacts.kind {s.kind!r} has no contact source")
+
+
+def trace_contacts(raw: list[TraceContact], section: ContactsSection, num_devices: int, source: str
+                   ) -> tuple[list[Contact], float]:
+    """The trace's contacts between the scenario's devices within the run's window, and the
+    window's length. A trace none of whose contacts qualifies (``contacts.nodes`` naming ids the
+    file never mentions, a ``start_s`` past its end) would run to complete-looking results in which
+    no device ever met another: refused, unless ``contacts.allow_no_contacts``."""
+    s = section
+    if not raw:
+        raise ContactError(f"{source}: the trace holds no contacts")
+    ids = map_nodes(raw, num_devices, s.nodes, allow_mismatch=s.allow_node_mismatch, source=source)
+    t0 = min(c.start for c in raw) if s.start_s is None else s.start_s
+    horizon = s.duration_s or (max(c.end for c in raw) - t0)
+    contacts = [make_contact(ids[c.a], ids[c.b], max(c.start - t0, 0.0), min(c.end - t0, horizon),
+                             s.bandwidth_bps, s.latency_s)
+                for c in raw if c.a in ids and c.b in ids and c.end - t0 > 0 and c.start - t0 < horizon]
+    if not contacts and not s.allow_no_contacts:
+        mapped = sorted(ids, key=lambda x: ids[x])
+        shown = ", ".join(mapped[:10]) + (f" and {len(mapped) - 10} more" if len(mapped) > 10 else "")
+        raise ContactError(
+            f"{source}: none of its {len(raw)} contacts is between two of the scenario's {num_devices} devices "
+            f"within the run's window (trace ids used as devices: {shown or 'none'}); check contacts.nodes and "
+            "contacts.start_s, or set contacts.allow_no_contacts: true")
+    return contacts, horizon
