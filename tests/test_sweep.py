@@ -18,7 +18,7 @@ import yaml
 from p2pfed.algorithms import ALGORITHMS
 from p2pfed.cli.main import main
 from p2pfed.sweeps.aggregate import mean_ci
-from p2pfed.sweeps.cells import expand
+from p2pfed.sweeps.cells import expand, resolve
 from p2pfed.sweeps.spec import SweepSpec, read_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,6 +257,30 @@ def test_cells_are_keyed_by_the_resolved_scenario(tmp_path):
     assert len(shared) == 4 and len({p.cell.id for p in shared}) == 3
     fedsub = [p.cell for p in shared if p.method == "fedsub"]
     assert fedsub[0].folder.startswith("fedsub-") and fedsub[0].id != fedsub[1].id
+
+
+def test_method_set_fixes_one_methods_options_and_bad_ones_are_named(tmp_path, capsys):
+    """A paper's setting for one baseline (FedHome's fine-tuning rounds) without touching another
+    method that has the same option (FedCLAR's)."""
+    points = expand(read_sweep(write_sweep(tmp_path, methods=["fedhome", "fedclar"], seeds=[1], grid={},
+                                           set={**TINY, "rounds": 8},
+                                           method_set={"fedhome": {"algorithm.fine_tune_rounds": 3}})))
+    resolved = {p.method: resolve(p.cell.scenario, p.method, p.cell.seed, p.cell.overrides).scenario.algorithm
+                for p in points}
+    assert resolved["fedhome"].options["fine_tune_rounds"] == 3
+    assert resolved["fedclar"].options.get("fine_tune_rounds", 1) == 1
+    bad = write_sweep(tmp_path, name="bad", methods=["fedhome", "fedclar"], grid={}, set={**TINY, "rounds": 8},
+                      method_set={"fedhome": {"algorithm.fine_tune_rounds": -1, "algorithm.nope": 1},
+                                  "ditto": {"algorithm.lam": 0.1}})
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{bad}: method_set.fedhome.algorithm.nope: fedhome has no option 'nope'",
+        f"{bad}: method_set.ditto: not one of the sweep's methods (fedhome, fedclar)"]
+    bad = write_sweep(tmp_path, name="bad", methods=["fedhome"], grid={}, set={**TINY, "rounds": 8},
+                      method_set={"fedhome": {"algorithm.fine_tune_rounds": -1}})
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"{bad}: method_set.fedhome: algorithm.fine_tune_rounds: Input should be greater")
 
 
 def test_shipped_sweeps_expand(repo_root):

@@ -143,6 +143,12 @@ def expand(sweep: Sweep) -> list[Point]:
             if not any(knows(m, key) for m in methods):
                 problems.append(f"{src}: {section}.{key}: no method of this sweep ({', '.join(methods)}) "
                                 f"has the option {key.split('.')[1]!r}")
+    for method, mapping in spec.method_overrides.items():
+        if method not in methods:
+            problems.append(f"{src}: method_set.{method}: not one of the sweep's methods ({', '.join(methods)})")
+            continue
+        problems.extend(f"{src}: method_set.{method}.{key}: {method} has no option {key.split('.')[1]!r}"
+                        for key in mapping if not knows(method, key))
     if problems:
         raise SweepError(problems)
 
@@ -167,6 +173,13 @@ def expand(sweep: Sweep) -> list[Point]:
     for key, grid_values in spec.grid.items():
         for i, value in enumerate(grid_values):
             check(f"grid.{key}[{i}]", key, [*good, override(key, value)])
+    own = {method: [override(k, v) for k, v in spec.method_overrides.get(method, {}).items()] for method in methods}
+    for method, items in own.items():
+        if items:
+            try:
+                resolve(sweep.scenario, method, None, [*good, *items])
+            except ScenarioError as exc:
+                problems.extend(f"{src}: method_set.{method}: {_strip(line, base.source, '')}" for line in exc.problems)
     if problems:
         raise SweepError(problems)
 
@@ -175,7 +188,7 @@ def expand(sweep: Sweep) -> list[Point]:
     for method in methods:
         for combo in itertools.product(*spec.grid.values()):
             values = tuple(zip(spec.grid, combo))
-            overrides = [*fixed, *(override(k, v) for k, v in values)]
+            overrides = [*fixed, *own[method], *(override(k, v) for k, v in values)]
             for seed in seeds:
                 try:
                     cell = make_cell(sweep.scenario, method, seed, overrides)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from p2pfed.algorithms import algorithm_class
 from p2pfed.plugins import is_plugin_name
@@ -38,6 +38,8 @@ class SweepSpec(BaseModel):
     methods: list[str] | None = Field(None, min_length=1)
     seeds: list[int] | None = Field(None, min_length=1)
     overrides: dict[str, Any] = Field(default_factory=dict, alias="set")
+    # one method's own overrides (a paper's setting for one baseline), on top of ``set``
+    method_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="method_set")
     grid: dict[str, list[Any]] = Field(default_factory=dict)
 
     @field_validator("methods", "seeds")
@@ -50,12 +52,22 @@ class SweepSpec(BaseModel):
     @field_validator("overrides", "grid")
     @classmethod
     def _own_keys(cls, mapping: dict[str, Any]) -> dict[str, Any]:
-        for key in mapping:
-            if key in RESERVED_KEYS:
-                raise ValueError(f"{key!r} is set by the sweep's {RESERVED_KEYS[key]!r} list, not here")
-            if not key or any(not part for part in key.split(".")):
-                raise ValueError(f"{key!r} is not a dotted scenario key such as contacts.range_m")
+        return _dotted_keys(mapping)
+
+    @field_validator("method_overrides")
+    @classmethod
+    def _own_method_keys(cls, mapping: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for overrides in mapping.values():
+            _dotted_keys(overrides)
         return mapping
+
+    @model_validator(mode="after")
+    def _known_methods(self) -> SweepSpec:
+        for method, overrides in self.method_overrides.items():
+            for key in overrides:
+                if key in self.grid:
+                    raise ValueError(f"method_set.{method}.{key}: swept by grid.{key}; it cannot also be fixed")
+        return self
 
     @field_validator("grid")
     @classmethod
@@ -66,6 +78,16 @@ class SweepSpec(BaseModel):
             if len({repr(v) for v in values}) != len(values):
                 raise ValueError(f"{key}: each value may appear once, got {values}")
         return grid
+
+
+def _dotted_keys(mapping: dict[str, Any]) -> dict[str, Any]:
+    """Keys a sweep may fix or sweep: dotted scenario keys, not the ones its lists set."""
+    for key in mapping:
+        if key in RESERVED_KEYS:
+            raise ValueError(f"{key!r} is set by the sweep's {RESERVED_KEYS[key]!r} list, not here")
+        if not key or any(not part for part in key.split(".")):
+            raise ValueError(f"{key!r} is not a dotted scenario key such as contacts.range_m")
+    return mapping
 
 
 @dataclass(frozen=True)
