@@ -65,6 +65,10 @@ def test_message_arrives_after_latency_plus_size_over_bandwidth(repo_root):
     item = algos[1].cache[0]
     assert item.received_at - item.sent_at == pytest.approx(0.25 + 8 * size / 8000.0)
     assert recorder.devices[1].bytes_received == size
+    delays = recorder.delivery_times.summary()   # summary.json's comm.delivery_time_s: both directions
+    expected = sorted(0.25 + 8 * d.bytes_sent / 8000.0 for d in recorder.devices)
+    assert delays["count"] == 2 and delays["max"] == pytest.approx(expected[1], rel=1e-5)
+    assert delays["median"] == pytest.approx(expected[0], rel=0.012)
 
 
 def test_a_transfer_longer_than_the_run_never_arrives(repo_root):

@@ -38,6 +38,11 @@ def test_each_contact_source_runs_from_a_scenario(repo_root, tmp_path, kind):
     assert s["contacts"]["kind"] == kind and s["contacts"]["contacts"] > 0
     assert comm["transfers_started"] >= comm["transfers_completed"] + comm["transfers_aborted"]  # rest in flight
     assert comm["transfers_completed"] > 0 and comm["bytes_sent_total"] > 0
+    # delivery times of the messages that came straight from their sender (forwarded copies apart),
+    # at least a message's latency, and within the run
+    delays = comm["delivery_time_s"]
+    assert 0 < delays["count"] <= comm["transfers_completed"] and delays["negative"] == 0
+    assert 0.05 <= delays["median"] <= delays["p95"] <= delays["max"] <= 600
     rows = list(csv.DictReader((out / "rounds.csv").open()))
     assert [float(r["sim_time_s"]) for r in rows] == [150.0, 300.0, 450.0, 600.0]
     assert [int(r["round"]) for r in rows] == [1, 2, 3, 4]

@@ -34,6 +34,10 @@ def test_launch_gives_the_simulations_numbers(tmp_path, capsys):
     assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"] == 3 * 2 * 3
     assert real["comm"]["messages_dropped"] == 0
+    # every message's delivery time, stamped by its sender and measured by its receiver, in both
+    delays = real["comm"]["delivery_time_s"]
+    assert delays["count"] == sim["comm"]["delivery_time_s"]["count"] == 3 * 2 * 3
+    assert delays["negative"] == 0 and 0 < delays["median"] <= delays["p95"] <= delays["max"] < 20
     # Same artifacts; only the sent_at stamps in the JSON headers differ in length.
     assert real["comm"]["bytes_sent_total"] == pytest.approx(sim["comm"]["bytes_sent_total"], rel=0.01)
     rows = list(csv.DictReader((out / "rounds.csv").open()))

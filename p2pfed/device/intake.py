@@ -106,7 +106,7 @@ class Intake:
         self.held: list[tuple[int, int | None, bytes]] = []   # (round, link, frame) of later rounds
 
     def take(self, data: bytes, *, link: int | None, now: float, round: int,
-             decoded: Message | None = None, memo: dict[Any, Any] | None = None
+             decoded: Message | None = None, memo: dict[Any, Any] | None = None, arrival: bool = True
              ) -> Received | Held | ResendRequest | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
@@ -114,7 +114,8 @@ class Intake:
         already decoded by the codec (a broadcast decoded once for all its receivers, read-only),
         with ``memo`` the work methods derive from it, shared the same way (``Payload.memo``);
         the other checks still run here. Returns the cached item, ``Held`` for a later round's
-        message or ``ResendRequest`` (see ``hold_later_rounds``), None if dropped."""
+        message or ``ResendRequest`` (see ``hold_later_rounds``), None if dropped. ``arrival``:
+        ``data`` just arrived (False: a held frame taken in later, its delivery time already counted)."""
         who = link
         try:
             if who is not None and who in self.ignored:
@@ -131,6 +132,8 @@ class Intake:
                 raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
+            if arrival and RELAY_KEY not in msg.meta:   # a carried copy's sent_at is its origin's
+                self.recorder.arrived(now - msg.sent_at)
             if self.rules.hold_later_rounds and msg.kind == RESEND_KIND:
                 return ResendRequest(msg.sender, msg.round)
             past_run = self.rules.rounds is not None and msg.round >= self.rules.rounds
@@ -158,7 +161,7 @@ class Intake:
         """Take in the held messages of rounds up to ``up_to_round``; those still later stay held."""
         due = [h for h in self.held if h[0] <= up_to_round]
         self.held = [h for h in self.held if h[0] > up_to_round]
-        taken = [self.take(data, link=link, now=now, round=up_to_round) for _, link, data in due]
+        taken = [self.take(data, link=link, now=now, round=up_to_round, arrival=False) for _, link, data in due]
         return [item for item in taken if isinstance(item, Received)]
 
     def refuse(self, link: int | None, round: int, reason: str, detail: str = "") -> None:

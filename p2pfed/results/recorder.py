@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from p2pfed.learning.training import Evaluation
+from p2pfed.results.delays import DelayHistogram
 from p2pfed.results.ratelimit import RateLimitedLog
 
 log = logging.getLogger("p2pfed.results")
@@ -87,6 +88,7 @@ class Recorder:
         self._general: dict[int, np.ndarray] = {}     # round -> (devices,) macro-F1 on the others' test data
         self.fused_count = 0
         self.fused_age_sum = 0.0
+        self.delivery_times = DelayHistogram()   # sender's sent_at to the receiver's intake, direct messages
         # A hostile peer can make drops at will: their log lines are rate-limited (the counts
         # above stay exact).
         self.drop_log = RateLimitedLog(log)
@@ -111,6 +113,10 @@ class Recorder:
         d = self._counters(dst)
         d.bytes_received += nbytes
         d.messages_received += 1
+
+    def arrived(self, delay_s: float) -> None:
+        """A message came straight from its sender (not carried) ``delay_s`` after it was sent."""
+        self.delivery_times.add(delay_s)
 
     def dropped(self, src: int | None, dst: int, round: int, reason: str, detail: str = "") -> None:
         """A message (counted in ``round``) that never reached ``dst``'s algorithm: logged and counted.
@@ -284,6 +290,7 @@ class Recorder:
             "protocols": {p: {str(r): _saved(t) for r, t in sorted(tables.items())}
                           for p, tables in sorted(self._by_protocol.items())},
             "fused": [self.fused_count, self.fused_age_sum],
+            "delivery_times": self.delivery_times.state_dict(),
             "generalization": {str(r): [None if np.isnan(v) else float(v) for v in values]
                                for r, values in sorted(self._general.items())},
         }
@@ -302,6 +309,9 @@ class Recorder:
                              for p, tables in state.get("protocols", {}).items()}
         self._eval_time = {int(r): float(ev["time"]) for r, ev in state["evaluations"].items()}
         self.fused_count, self.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
+        self.delivery_times = DelayHistogram()
+        if "delivery_times" in state:   # states written before the histogram have none
+            self.delivery_times.load_state_dict(state["delivery_times"])
         self._general = {int(r): np.array([np.nan if v is None else v for v in values], dtype=float)
                          for r, values in state.get("generalization", {}).items()}
 
@@ -332,6 +342,7 @@ class Recorder:
                         rec.generalized(device, r, float(value))
             rec.fused_count += part.fused_count
             rec.fused_age_sum += part.fused_age_sum
+            rec.delivery_times.merge(part.delivery_times)
         return rec
 
     def _merge_tables(self, mine: dict[int, np.ndarray], theirs: dict[int, np.ndarray], devices: list[int]) -> None:

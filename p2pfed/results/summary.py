@@ -55,6 +55,8 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
             "transfers_completed": recorder.total("transfers_completed"),
             "transfers_aborted": recorder.total("transfers_aborted"),
             "bytes_wasted": recorder.total("bytes_wasted"),
+            # sender's sent_at to the receiver's intake, messages not carried by others (delays.py)
+            "delivery_time_s": recorder.delivery_times.summary(),
             "delivery_ratio": round_float(recorder.total("messages_received")
                                           / max(recorder.total("transfers_started"), 1), 4),
         },
