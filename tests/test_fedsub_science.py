@@ -134,10 +134,32 @@ def test_fedsub_recovers_the_planted_groups_in_a_run(planted_runs):
     "FedSub recovers the groups (ARI 1.0) yet scores below local training here (F1 0.767 vs 0.935 "
     "after fusion, 0.854 vs 0.945 after training): naive subnetworks hold nearly every hidden unit "
     "for every class, so a device's hidden rows are averaged over the union of its four class "
-    "clusters (~9 of 12 devices), and the groups are drawn independently per class"))
+    "clusters (~9 of 12 devices), and the groups are drawn independently per class. Where the "
+    "group-mates are the same in every class (user types), FedSub beats local training: the test below"))
 def test_fedsub_beats_local_training_on_the_planted_groups(planted_runs):
     f1 = {name: run[0]["final"]["f1_macro_mean"] for name, run in planted_runs.items()}
     assert f1["fedsub"] > f1["local"], f1
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_fedsub_beats_local_training_where_group_mates_are_alike_in_every_class(seed):
+    """Planted user types (``shared_groups``: a device's group is the same for all its classes)
+    and scarce data (10 samples per class and device, 30 rounds): FedSub's clusters are the user
+    types, so the union of a device's class clusters is its own group, and fusing with it beats
+    training alone, after fusion and after training, on each seed. With groups drawn per class
+    the same data sizes leave FedSub far below local training (0.41-0.76 against 0.75-0.87 on
+    seeds 3-5, measured for issue 30): the test above."""
+    common = ["rounds=30", "dataset.synthetic.shared_groups=true", "dataset.synthetic.samples_per_class=10",
+              f"seed={seed}"]
+    fedsub, devices, data = _run_keeping_devices(common)
+    local = _run_keeping_devices([*common, "algorithm.name=local"])[0]
+    assert len({tuple(row) for row in data.groups}) == 3      # three user types, alike in every class
+    ari = [adjusted_rand_score(data.groups[sorted(labels), c], [labels[m] for m in sorted(labels)])
+           for c in range(data.num_classes) for labels in (d.last_clusters[c] for d in devices)]
+    # 7 training samples a class: a noisy prototype may stray (seed 4: one class of four, ARI 0.52)
+    assert np.median(ari) == 1.0 and np.mean(ari) >= 0.8, ari
+    for column in ("f1_after_fusion_mean", "f1_after_training_mean"):
+        assert fedsub["final"][column] > local["final"][column] + 0.02, (column, fedsub["final"], local["final"])
 
 
 def test_two_phase_sends_fewer_bytes_and_still_fuses_with_mates(repo_root, tmp_path):

@@ -42,9 +42,15 @@ def _holdings(num_devices: int, num_classes: int, classes_per_device: int | None
     return held
 
 
-def _assign_groups(held: np.ndarray, counts: list[int], rng: np.random.Generator) -> np.ndarray:
-    """Balanced random group per (device, class); -1 where the class is absent."""
+def _assign_groups(held: np.ndarray, counts: list[int], rng: np.random.Generator, shared: bool = False) -> np.ndarray:
+    """Balanced random group per (device, class); -1 where the class is absent. ``shared``: one
+    group per device (a user type) for every class it holds."""
     groups = np.full(held.shape, -1, dtype=np.int64)
+    if shared:
+        if len(set(counts)) != 1:
+            raise ValueError(f"shared_groups needs the same number of groups for every class, got {counts}")
+        kind = rng.permutation(np.arange(held.shape[0]) % counts[0])
+        return np.where(held, kind[:, None], -1).astype(np.int64)
     for c, g in enumerate(counts):
         holders = np.flatnonzero(held[:, c])
         groups[holders, c] = rng.permutation(np.arange(len(holders)) % g)
@@ -55,19 +61,21 @@ def make_synthetic(*, num_devices: int = 12, num_classes: int = 4, num_features:
                    groups_per_class: int | Sequence[int] = 3, samples_per_class: int = 40,
                    classes_per_device: int | None = None, separation: float = 4.0,
                    noise: float = 1.0, test_fraction: float = 0.25,
-                   seed: int = 0, train_fraction: float = 1.0) -> FederatedDataset:
+                   seed: int = 0, train_fraction: float = 1.0, shared_groups: bool = False) -> FederatedDataset:
     """Gaussian data whose class-c mean depends on the device's latent group for c.
 
     Each (class, group) mean is a random direction of length `separation`;
     samples add isotropic noise of std `noise`. Features are not rescaled,
-    so the planted geometry is preserved. `groups` holds the ground truth.
+    so the planted geometry is preserved. `groups` holds the ground truth. Groups are drawn per
+    class (a device's group-mates differ from class to class) or, with `shared_groups`, once per
+    device for all its classes (user types: the same devices are alike in every class).
     """
     if num_devices < 1 or num_classes < 1 or num_features < 1 or samples_per_class < 1:
         raise ValueError("num_devices, num_classes, num_features, samples_per_class must be >= 1")
     counts = _groups_per_class(groups_per_class, num_classes)
     rng = np.random.default_rng(seed)
     held = _holdings(num_devices, num_classes, classes_per_device, rng)
-    groups = _assign_groups(held, counts, rng)
+    groups = _assign_groups(held, counts, rng, shared_groups)
     means = []
     for g in counts:
         direction = rng.normal(size=(g, num_features))

@@ -41,6 +41,7 @@ class SyntheticSection(Section):
     classes_per_device: int | None = Field(default=None, ge=1)
     separation: float = Field(default=4.0, gt=0)
     noise: float = Field(default=1.0, gt=0)
+    shared_groups: bool = False   # one latent group per device for all its classes (user types)
 
     @model_validator(mode="after")
     def _classes_fit(self) -> SyntheticSection:
