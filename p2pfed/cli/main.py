@@ -227,6 +227,33 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from p2pfed.peer.bundle import read_hosts, write_bundle
+    from p2pfed.scenario.build import load_scenario_dataset
+
+    loaded = _load(args)
+    _check_outputs(Path(args.out))
+    endpoints = read_hosts(Path(args.hosts), len(load_scenario_dataset(loaded).devices))
+    configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure,
+                           start_timeout_s=args.start_timeout, round_timeout_s=args.round_timeout)
+    print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "
+          f"copy each to its host and run its start.sh; then copy each results/ back and run "
+          f"p2pfed merge {args.out}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from p2pfed.peer.bundle import merge_bundle
+    from p2pfed.results.compare import comparison_columns, comparison_row, format_table
+
+    out = Path(args.out)
+    _check_outputs(out)
+    summary = merge_bundle(Path(args.bundle), out)
+    print(format_table([row := comparison_row(summary)], comparison_columns([row])))
+    print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from p2pfed.peer.keys import make_keys
 
@@ -287,6 +314,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
                    help="seconds before unfinished peers are killed")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("plan", help="write one folder per peer (peer file, scenario, keys, start.sh) for real hosts")
+    _scenario_args(p, optional=True)
+    p.add_argument("--hosts", required=True, help="YAML file: hosts: [address or address:port per device]")
+    p.add_argument("--out", required=True, help="bundle folder: peer-I/ per device and plan.json")
+    p.add_argument("--algorithm", help="run this method instead of the scenario's (as in run)")
+    p.add_argument("--insecure", action="store_true", help="no keys: peers run plaintext (loud warning)")
+    p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
+                   help="seconds a peer waits for its neighbours to start (round 0)")
+    p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")
+    p.add_argument("bundle", help="the folder p2pfed plan wrote, each peer's results/ copied back")
+    p.add_argument("--out", required=True, help="results folder")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("keys", help="make CURVE key pairs peer-0..peer-(N-1) for real peers")
     p.add_argument("--out", required=True, help="folder for NAME.key (public) and NAME.key_secret")

@@ -1,0 +1,80 @@
+"""``p2pfed plan`` / ``p2pfed merge``: one self-contained, secure (CURVE) folder per peer, run
+unchanged by its own start.sh, merged into the simulator's results files (issue 31, goal 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2pfed.cli.main import main
+from p2pfed.engine.runner import run_scenario
+from p2pfed.peer.launcher import free_ports
+from p2pfed.scenario.loader import load_scenario
+from tests.peer_support import SCENARIO, TINY
+
+
+def _plan(tmp_path: Path, capsys, hosts: list, *extra: str) -> tuple[int, str]:
+    hosts_file = tmp_path / "hosts.yaml"
+    hosts_file.write_text(yaml.safe_dump({"hosts": hosts}))
+    code = main(["plan", str(SCENARIO), "--hosts", str(hosts_file), "--out", str(tmp_path / "bundle"),
+                 "--round-timeout", "20", *sum((["--set", s] for s in TINY), []), *extra])
+    return code, capsys.readouterr().err
+
+
+def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_a_simulation(tmp_path, capsys):
+    ports = free_ports(3)
+    code, err = _plan(tmp_path, capsys, [f"127.0.0.1:{p}" for p in ports])
+    assert code == 0, err
+    bundle = tmp_path / "bundle"
+    # Moved elsewhere, as a user copies folders to hosts: nothing in them points back here.
+    moved = tmp_path / "elsewhere"
+    shutil.move(bundle, moved)
+    for i in range(3):
+        folder = moved / f"peer-{i}"
+        for name in ("peer.yaml", "scenario.yaml"):
+            assert str(tmp_path) not in (folder / name).read_text(), name
+        assert sorted(p.name for p in (folder / "keys").iterdir()) == sorted(
+            [f"peer-{j}.key" for j in range(3)] + [f"peer-{i}.key_secret"])   # its own secret only
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    procs = [subprocess.Popen(["sh", str(moved / f"peer-{i}" / "start.sh")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(3)]
+    outputs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert all("WITHOUT encryption" not in o for o in outputs)          # CURVE, the default
+    assert main(["merge", str(moved), "--out", str(tmp_path / "merged")]) == 0
+    real = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    sim = run_scenario(load_scenario(SCENARIO, TINY), tmp_path / "sim", progress=False)
+    assert real["runtime"]["kind"] == "plan" and real["runtime"]["secure"] is True
+    assert real["devices"] == 3 and real["comm"]["messages_dropped"] == 0
+    assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
+    assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
+    assert real["config"] == sim["config"]                                 # the same resolved scenario
+
+
+def test_bad_hosts_files_are_one_line_per_problem(tmp_path, capsys):
+    code, err = _plan(tmp_path, capsys, ["127.0.0.1:7000", "127.0.0.1:7000", {"adress": "x"}, "h:99999"])
+    hosts = tmp_path / "hosts.yaml"
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"{hosts}: hosts: lists 4 hosts for the scenario's 3 devices",
+        f"{hosts}: hosts.2: expected 'address', 'address:port' or {{address, port}}, got {{'adress': 'x'}}",
+        f"{hosts}: hosts.3: must be tcp://host:port with a port in 1..65535 (got h:99999)",
+        f"{hosts}: hosts.1: tcp://127.0.0.1:7000 is also device 0's; give each device on one host its own port"]
+    assert not (tmp_path / "bundle").exists()
+
+
+@pytest.mark.parametrize("entry, endpoint", [("10.0.0.7", "tcp://10.0.0.7:5555"),
+                                             ({"address": "10.0.0.7", "port": 6000}, "tcp://10.0.0.7:6000")])
+def test_a_host_without_a_port_gets_the_default(tmp_path, capsys, entry, endpoint):
+    code, err = _plan(tmp_path, capsys, [entry, "10.0.0.8", "10.0.0.9"], "--insecure")
+    assert code == 0, err
+    peer = yaml.safe_load((tmp_path / "bundle" / "peer-0" / "peer.yaml").read_text())
+    assert peer["listen"] == endpoint and "secret_key" not in peer
+    assert "--insecure" in (tmp_path / "bundle" / "peer-0" / "start.sh").read_text()
