@@ -182,11 +182,12 @@ class Intake:
         try:
             origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)
             record = meta.pop(PRECISION_KEY, None)
-            try:   # a broadcast's receivers restore its tensors once (memo is shared like the message)
-                tensors = (memo[_RESTORED] if _RESTORED in memo
-                           else memo.setdefault(_RESTORED, restore_precision(record, dict(msg.tensors))))
-            except CodecError as exc:
-                raise Refused(f"codec:{exc.reason}", str(exc)) from None
+            if _RESTORED not in memo:   # a broadcast's receivers restore its tensors once (memo is shared)
+                try:
+                    memo[_RESTORED] = restore_precision(record, dict(msg.tensors))
+                except CodecError as exc:
+                    raise Refused(f"codec:{exc.reason}", str(exc)) from None
+            tensors = memo[_RESTORED]
             item = Received(sender=origin, round=msg.round, sent_at=msg.sent_at, received_at=now,
                             payload=Payload(meta, dict(tensors), memo), hops=hops)
             self.algorithm.receive(item)

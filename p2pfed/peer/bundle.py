@@ -61,9 +61,10 @@ def read_hosts(path: Path, devices: int) -> list[str]:
     for i, entry in enumerate(hosts):
         if isinstance(entry, dict) and set(entry) <= {"address", "port"} and "address" in entry:
             address, port = str(entry["address"]), entry.get("port", DEFAULT_PORT)
-        elif isinstance(entry, str) and entry:
-            address, _, port_text = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-            port = int(port_text) if port_text.isdigit() else DEFAULT_PORT if not port_text else port_text
+        elif isinstance(entry, str) and entry:   # "address" or "address:port"
+            address, sep, port = entry.rpartition(":")
+            if not sep:
+                address, port = entry, DEFAULT_PORT
         else:
             problems.append(f"{path}: hosts.{i}: expected 'address', 'address:port' or {{address, port}}, "
                             f"got {entry!r:.60}")
@@ -148,7 +149,7 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
 
 def merge_bundle(bundle: Path, out: Path) -> dict[str, Any]:
     """The results files of a planned run whose peers' ``results/`` are back in their folders."""
-    from p2pfed.peer.launcher import recovery_totals
+    from p2pfed.peer.launcher import peers_runtime
     from p2pfed.peer.results import merge, write_results
     from p2pfed.results.recorder import round_float
 
@@ -169,8 +170,4 @@ def merge_bundle(bundle: Path, out: Path) -> dict[str, Any]:
                          full_model_bytes=reports[0]["full_model_bytes"],
                          topology={"nodes": n, "edges": edges, "mean_degree": round_float(2 * edges / max(n, 1))},
                          runtime={"kind": "plan", "secure": plan["secure"],
-                                  "hosts": sorted({p["endpoint"] for p in plan["peers"]}),
-                                  "resumed": {str(r["id"]): r["resumed_from"] for r in reports if r["resumed_from"]},
-                                  "ignored_peers": {str(r["id"]): r["ignored"] for r in reports if r["ignored"]},
-                                  "send_failed": sum(r["send_failed"] for r in reports),
-                                  "recovery": recovery_totals(reports)})
+                                  "hosts": sorted({p["endpoint"] for p in plan["peers"]}), **peers_runtime(reports)})

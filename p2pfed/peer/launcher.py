@@ -149,6 +149,14 @@ def recovery_totals(reports: list[dict[str, Any]]) -> dict[str, int]:
     return totals
 
 
+def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``summary.json`` ``runtime`` says of the peers themselves, however they were started."""
+    return {"resumed": {str(r["id"]): r["resumed_from"] for r in reports if r["resumed_from"]},
+            "ignored_peers": {str(r["id"]): r["ignored"] for r in reports if r["ignored"]},
+            "send_failed": sum(r["send_failed"] for r in reports),
+            "recovery": recovery_totals(reports)}
+
+
 def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -> dict[str, Any]:
     """Merge the peers' ``peer.json`` files into the run's results files; return the summary."""
     reports = []
@@ -163,12 +171,7 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
                          topology={"nodes": n, "edges": plan.num_edges,
                                    "mean_degree": round_float(2 * plan.num_edges / max(n, 1))},
                          runtime={"kind": "launch", "secure": not plan.insecure, "host": LOOPBACK,
-                                  "resumed": {str(r["id"]): r["resumed_from"] for r in reports
-                                              if r["resumed_from"]},
-                                  "ignored_peers": {str(r["id"]): r["ignored"] for r in reports
-                                                    if r["ignored"]},
-                                  "send_failed": sum(r["send_failed"] for r in reports),
-                                  "recovery": recovery_totals(reports)})
+                                  **peers_runtime(reports)})
 
 
 def launch(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
