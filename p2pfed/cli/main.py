@@ -42,6 +42,15 @@ def _number(kind: type, minimum: float, inclusive: bool):
 
 
 POSITIVE_INT, POSITIVE_SECONDS = _number(int, 1, True), _number(float, 0, False)
+NONNEGATIVE_SECONDS = _number(float, 0, True)
+
+
+def PROBABILITY(text: str) -> float:
+    """An argparse type: a probability in [0, 1)."""
+    value = NONNEGATIVE_SECONDS(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1), got {text!r}")
+    return value
 
 
 def _scenario_args(p: argparse.ArgumentParser, optional: bool) -> None:
@@ -200,6 +209,12 @@ def cmd_peer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timing(args: argparse.Namespace):
+    from p2pfed.peer.config import PeerTiming
+
+    return PeerTiming(args.start_timeout, args.round_timeout, args.round_period)
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from p2pfed.peer.launcher import launch
     from p2pfed.peer.runtime import insecure_warning
@@ -212,14 +227,29 @@ def cmd_launch(args: argparse.Namespace) -> int:
     _check_outputs(out)
     if args.insecure:
         insecure_warning("every launched peer")
-    print(f"launching {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, peers on 127.0.0.1, "
+    emulated = args.network == "emulated"
+    if not emulated and (args.loss or args.jitter or args.faults):
+        print("p2pfed: launch: --loss, --jitter and --faults act on emulated links: add --network emulated",
+              file=sys.stderr)
+        return 2
+    where = "an emulated LAN (one namespace per peer)" if emulated else "127.0.0.1"
+    print(f"launching {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, peers on {where}, "
           f"{'PLAINTEXT' if args.insecure else 'CURVE'}", file=sys.stderr)
     try:
-        summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
-                         out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
-                         start_timeout_s=args.start_timeout, round_timeout_s=args.round_timeout,
-                         verbose=args.verbose)
-    except RuntimeError as exc:
+        if emulated:
+            from p2pfed.peer.emulated import launch_emulated
+            from p2pfed.peer.faults import load_faults
+            from p2pfed.scenario.build import load_scenario_dataset
+
+            faults = load_faults(Path(args.faults), len(load_scenario_dataset(loaded).devices)) if args.faults else None
+            summary = launch_emulated(loaded, out, insecure=args.insecure, loss=args.loss, jitter_s=args.jitter,
+                                      faults=faults, faults_source=args.faults or "faults",
+                                      timeout_s=args.timeout, timing=_timing(args))
+        else:
+            summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
+                             out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
+                             timing=_timing(args), verbose=args.verbose)
+    except RuntimeError as exc:   # LanError included: one line saying what is needed
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
     print(format_table([row := comparison_row(summary)], comparison_columns([row])))
@@ -234,8 +264,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     loaded = _load(args)
     _check_outputs(Path(args.out))
     endpoints = read_hosts(Path(args.hosts), len(load_scenario_dataset(loaded).devices))
-    configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure,
-                           start_timeout_s=args.start_timeout, round_timeout_s=args.round_timeout)
+    configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args))
     print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "
           f"copy each to its host and run its start.sh; then copy each results/ back and run "
           f"p2pfed merge {args.out}")
@@ -311,8 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
                    help="seconds a peer waits for its neighbours to start (round 0)")
     p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
+    p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
+                   help="a round lasts at least this long on the wall clock (default 0: no pacing)")
     p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
                    help="seconds before unfinished peers are killed")
+    p.add_argument("--network", choices=["loopback", "emulated"], default="loopback",
+                   help="loopback: every peer on 127.0.0.1 (default); emulated: every peer its own host in a "
+                        "network namespace, the topology's links with their latency and bandwidth (needs root)")
+    p.add_argument("--loss", type=PROBABILITY, default=0.0, help="emulated: each packet lost with this probability")
+    p.add_argument("--jitter", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
+                   help="emulated: each packet's latency varies uniformly by up to this much (order kept)")
+    p.add_argument("--faults", metavar="FILE", help="emulated: a YAML file of slow links, partitions and killed "
+                   "peers, by round (see scenarios/REFERENCE.md)")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("plan", help="write one folder per peer (peer file, scenario, keys, start.sh) for real hosts")
@@ -324,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
                    help="seconds a peer waits for its neighbours to start (round 0)")
     p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
+    p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
+                   help="a round lasts at least this long on the wall clock (default 0: no pacing)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")

@@ -167,7 +167,10 @@ class Simulation:
 
     def _arrive(self, key: int, t: Transfer) -> None:
         del self.in_flight[key]
-        self.delivery.take(t.src, t.dst, t.frame, float(self.env.now), t.round)
+        now = float(self.env.now)
+        if self.delivery.take(t.src, t.dst, t.frame, now, t.round) is not None \
+                and now > (t.round + 1) * self.schedule.round_period_s:   # after the fusion it was for
+            self.recorder.late(t.dst)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self, until_round: int | None = None) -> float:

@@ -23,12 +23,13 @@ import json
 import shutil
 import stat
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from p2pfed.peer.config import tcp_endpoint
+from p2pfed.peer.config import PeerTiming, tcp_endpoint
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import is_plugin_name
 from p2pfed.scenario.build import build_graph, load_scenario_dataset
@@ -85,7 +86,7 @@ def read_hosts(path: Path, devices: int) -> list[str]:
 
 
 def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, insecure: bool = False,
-                 start_timeout_s: float = 120.0, round_timeout_s: float = 30.0) -> list[Path]:
+                 timing: PeerTiming = PeerTiming()) -> list[Path]:
     """One folder per device (see the module's docstring); returns their peer files."""
     if problems := launch_problems(loaded):
         raise ScenarioError(problems)
@@ -106,8 +107,7 @@ def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, ins
         if not insecure:
             make_keys(keys, [f"peer-{i}" for i in range(n)])
         configs = [_peer_folder(out / f"peer-{i}", i, sorted(graph.neighbors(i)), endpoints, keys, loaded,
-                                scenario, insecure=insecure, start_timeout_s=start_timeout_s,
-                                round_timeout_s=round_timeout_s) for i in range(n)]
+                                scenario, insecure=insecure, timing=timing) for i in range(n)]
     plan = {"scenario": loaded.source, "secure": not insecure, "edges": graph.number_of_edges(),
             "peers": [{"id": i, "endpoint": endpoints[i], "folder": f"peer-{i}"} for i in range(n)]}
     (out / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
@@ -115,8 +115,7 @@ def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, ins
 
 
 def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[str], keys: Path,
-                 loaded: LoadedScenario, scenario: dict[str, Any], *, insecure: bool,
-                 start_timeout_s: float, round_timeout_s: float) -> Path:
+                 loaded: LoadedScenario, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     own = json.loads(json.dumps(scenario))   # a copy whose file fields point into this folder
     for section, key in FILE_FIELDS:
@@ -129,7 +128,7 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
     config: dict[str, Any] = {
         "id": i, "scenario": "scenario.yaml", "listen": endpoints[i],
         "neighbours": [{"id": j, "endpoint": endpoints[j]} for j in neighbours],
-        "out": "results", "start_timeout_s": start_timeout_s, "round_timeout_s": round_timeout_s}
+        "out": "results", **timing.fields()}
     if not insecure:
         (folder / "keys").mkdir(exist_ok=True)
         for j in [i, *neighbours]:
@@ -147,8 +146,13 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
     return path
 
 
-def merge_bundle(bundle: Path, out: Path) -> dict[str, Any]:
-    """The results files of a planned run whose peers' ``results/`` are back in their folders."""
+def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = None,
+                 wall_time_s: float | None = None, skip: Collection[int] = ()) -> dict[str, Any]:
+    """The results files of a planned run whose peers' ``results/`` are back in their folders.
+
+    ``runtime`` adds to (or replaces fields of) ``summary.json`` ``runtime``; ``wall_time_s``
+    defaults to the last evaluation's elapsed seconds, the run's length as the peers saw it;
+    the peers in ``skip`` (killed on purpose) are left out."""
     from p2pfed.peer.launcher import peers_runtime
     from p2pfed.peer.results import merge, write_results
     from p2pfed.results.recorder import round_float
@@ -156,6 +160,8 @@ def merge_bundle(bundle: Path, out: Path) -> dict[str, Any]:
     plan = json.loads((bundle / PLAN_FILE).read_text())
     reports, missing = [], []
     for peer in plan["peers"]:
+        if peer["id"] in skip:
+            continue
         f = bundle / peer["folder"] / "results" / "peer.json"
         if f.exists():
             reports.append(json.loads(f.read_text()))
@@ -165,9 +171,12 @@ def merge_bundle(bundle: Path, out: Path) -> dict[str, Any]:
         raise ScenarioError(missing)
     loaded = load_scenario(bundle / plan["peers"][0]["folder"] / "scenario.yaml")
     n, edges = len(reports), int(plan["edges"])
-    rows = merge(reports).rows   # the last evaluation's elapsed seconds: the run's length
-    return write_results(out, loaded, reports, wall_time_s=rows[-1]["sim_time_s"] if rows else 0.0,
+    if wall_time_s is None:
+        rows = merge(reports).rows
+        wall_time_s = rows[-1]["sim_time_s"] if rows else 0.0
+    return write_results(out, loaded, reports, wall_time_s=wall_time_s,
                          full_model_bytes=reports[0]["full_model_bytes"],
                          topology={"nodes": n, "edges": edges, "mean_degree": round_float(2 * edges / max(n, 1))},
                          runtime={"kind": "plan", "secure": plan["secure"],
-                                  "hosts": sorted({p["endpoint"] for p in plan["peers"]}), **peers_runtime(reports)})
+                                  "hosts": sorted({p["endpoint"] for p in plan["peers"]}), **peers_runtime(reports),
+                                  **(runtime or {})})

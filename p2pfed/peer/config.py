@@ -10,7 +10,7 @@ Relative paths are resolved against the peer file's folder.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import overload
 
@@ -34,6 +34,18 @@ def tcp_endpoint(value: str) -> str:
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+@dataclass(frozen=True)
+class PeerTiming:
+    """How long a launched or planned peer waits, and paces its rounds (peer file fields)."""
+
+    start_timeout_s: float = 120.0
+    round_timeout_s: float = 30.0
+    round_period_s: float = 0.0
+
+    def fields(self) -> dict[str, float]:
+        return asdict(self)
 
 
 class Neighbour(_Section):

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import path_entries
 from p2pfed.peer.results import write_results
@@ -57,8 +58,7 @@ class Plan:
 
 
 def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
-            out: Path, peers: int | None, *, insecure: bool, start_timeout_s: float = 120.0,
-            round_timeout_s: float = 30.0) -> Plan:
+            out: Path, peers: int | None, *, insecure: bool, timing: PeerTiming = PeerTiming()) -> Plan:
     """Write one peer file per device of the scenario (and keys unless insecure)."""
     sc = loaded.scenario
     if problems := launch_problems(loaded):
@@ -93,7 +93,7 @@ def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[
             "id": i, "scenario": str(scenario_file.resolve()) if scenario_file else None,
             "overrides": list(overrides), "seed": seed, "listen": endpoints[i],
             "neighbours": neighbours, "out": str(d.resolve()), "start_time": start_time,
-            "start_timeout_s": start_timeout_s, "round_timeout_s": round_timeout_s,
+            **timing.fields(),
         }
         if not insecure:
             config["secret_key"] = str((keys_dir / f"peer-{i}.key_secret").resolve())
@@ -154,6 +154,8 @@ def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return {"resumed": {str(r["id"]): r["resumed_from"] for r in reports if r["resumed_from"]},
             "ignored_peers": {str(r["id"]): r["ignored"] for r in reports if r["ignored"]},
             "send_failed": sum(r["send_failed"] for r in reports),
+            # [round, neighbours] whenever a peer stopped waiting for neighbours at a round's deadline
+            "timed_out": {str(r["id"]): r["timed_out"] for r in reports if r.get("timed_out")},
             "recovery": recovery_totals(reports)}
 
 
@@ -176,12 +178,12 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
 
 def launch(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
            out: Path, peers: int | None, *, insecure: bool, timeout_s: float = 3600.0,
-           start_timeout_s: float = 120.0, round_timeout_s: float = 30.0,
+           timing: PeerTiming = PeerTiming(),
            verbose: bool = False) -> dict[str, Any]:
     """Prepare, run and merge; raises RuntimeError naming the peers that failed."""
     started = time.perf_counter()
     plan = prepare(loaded, scenario_file, overrides, seed, out, peers, insecure=insecure,
-                   start_timeout_s=start_timeout_s, round_timeout_s=round_timeout_s)
+                   timing=timing)
     # SIGTERM must still run the cleanup below, or the peers would outlive the launcher.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     procs = [spawn(c, insecure=insecure, verbose=verbose) for c in plan.configs]

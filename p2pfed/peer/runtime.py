@@ -106,6 +106,7 @@ class Peer:
                              is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
+        self.timed_out: list[list[Any]] = []   # [round, the neighbours no longer waited for then]
         self.resumed_from: list[int] = []
         self.send_failed = 0
         self.sent_frames = SentFrames()
@@ -185,6 +186,8 @@ class Peer:
         if isinstance(item, ResendRequest):
             self._answer(item)
             return True
+        if isinstance(item, Received) and item.round < self.next_round:   # its fusion (round item.round + 1) is past
+            self.recorder.late(self.config.id)
         self._heard(item)
         return True
 
@@ -265,6 +268,7 @@ class Peer:
                 log.warning("peer %d, round %d: no artifacts from peers %s within %.1f s; not waiting "
                             "for them until they send again", self.config.id, r, waiting, timeout)
                 self.absent.update(waiting)
+                self.timed_out.append([r, sorted(waiting)])
                 return
             self.poll(min(left, POLL_SLICE_S))
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
@@ -273,12 +277,14 @@ class Peer:
     def _save(self) -> None:
         runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
                    "send_failed": self.send_failed, "start_time": self.start_time,
-                   "recovery": asdict(self.recovery)}
+                   "recovery": asdict(self.recovery), "timed_out": self.timed_out}
         save_checkpoint(self.checkpoint_path, "peer", self.fingerprint,
                         {"next_round": self.next_round, "device": self.loop.state_dict(),
                          "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
                          "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
                          "runtime": json.dumps(runtime, allow_nan=False)})
+        # rounds done so far, for whoever watches the run (a launcher injecting faults by round)
+        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
 
     def _resume(self) -> None:
         if not self.checkpoint_path.exists():
@@ -294,6 +300,7 @@ class Peer:
         self.send_failed = runtime["send_failed"]
         self.start_time = runtime["start_time"]
         self.recovery = RecoveryCounters(**runtime["recovery"])
+        self.timed_out = runtime.get("timed_out", [])
         self.resumed_from = runtime["resumed_from"] + [self.next_round]
         log.warning("peer %d resumes from its checkpoint at round %d", self.config.id, self.next_round)
 
@@ -305,8 +312,8 @@ class Peer:
         self.next_round_at_start = self.next_round
         if self.resumed_from:
             self._ask_to_resend()
+        period, paced_from = self.config.round_period_s, None
         for r in range(self.next_round, sc.rounds):
-            round_end = time.monotonic() + self.config.round_period_s
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
             for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
                 self._heard(item)
@@ -315,7 +322,14 @@ class Peer:
                 self._share(out.data, r, to=out.to)
             if outgoing:   # every peer runs the same method: none waits if none shares
                 self._wait_for(r)
-            while (left := round_end - time.monotonic()) > 0:  # pacing: keep receiving meanwhile
+            # Pacing on one grid, as the simulator's rounds: the first round of this run ends when its
+            # wait does (for a fresh start, the barrier at which every neighbour has shared round 0),
+            # and round r ends (r - first) periods later, however long each round took, so peers that
+            # started at different times do not stay offset by it.
+            if paced_from is None:
+                paced_from = time.monotonic() - (r + 1) * period
+            round_end = paced_from + (r + 1) * period
+            while (left := round_end - time.monotonic()) > 0:  # keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
             self.next_round = r + 1
@@ -327,7 +341,8 @@ class Peer:
         return {"id": self.config.id, "name": self.name, "recorder": self.recorder.state_dict(),
                 "stats": self.algo.stats(), "ignored": sorted(self.ignored),
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
-                "start_time": self.start_time, "rounds_done": self.next_round,
+                "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
+                "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes}
 

@@ -26,7 +26,7 @@ ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_m
 # rounds.csv's columns of each evaluation protocol scored (the round runtimes score both)
 PROTOCOL_COLUMNS = [c for p in PROTOCOLS for c in protocol_columns(p)]
 DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "f1_present", "bytes_sent", "bytes_received",
-                  "messages_sent", "messages_received", "messages_dropped", "transfers_started",
+                  "messages_sent", "messages_received", "messages_dropped", "messages_late", "transfers_started",
                   "transfers_completed", "transfers_aborted", "bytes_wasted"]
 # devices.csv's last macro-F1 of each device under each protocol scored
 DEVICE_PROTOCOL_COLUMNS = [f"f1_{p.replace('-', '_')}" for p in PROTOCOLS]

@@ -61,6 +61,7 @@ class DeviceCounters:
     messages_sent: int = 0
     messages_received: int = 0
     messages_dropped: int = 0
+    messages_late: int = 0      # arrived after the fusion they were shared for (fused a round later)
     transfers_started: int = 0
     transfers_completed: int = 0
     transfers_aborted: int = 0
@@ -117,6 +118,10 @@ class Recorder:
     def arrived(self, delay_s: float) -> None:
         """A message came straight from its sender (not carried) ``delay_s`` after it was sent."""
         self.delivery_times.add(delay_s)
+
+    def late(self, dst: int) -> None:
+        """A message reached ``dst`` after the fusion it was shared for: fused a round later, if at all."""
+        self._counters(dst).messages_late += 1
 
     def dropped(self, src: int | None, dst: int, round: int, reason: str, detail: str = "") -> None:
         """A message (counted in ``round``) that never reached ``dst``'s algorithm: logged and counted.

@@ -50,6 +50,7 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
                 bytes_total / max(recorder.messages_sent, 1) / full_model_bytes, 4),
             "messages_sent": recorder.messages_sent,
             "messages_dropped": recorder.messages_dropped,
+            "messages_late": recorder.total("messages_late"),
             "drop_reasons": dict(recorder.drop_reasons),
             "transfers_started": recorder.total("transfers_started"),
             "transfers_completed": recorder.total("transfers_completed"),
