@@ -66,7 +66,8 @@ def test_the_example_method_runs_synchronously_over_contacts_and_as_three_real_p
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
 
 
-@pytest.mark.parametrize("method", ["gossip-avg", "ditto"])
+# gossip-avg's run is in the slow set that .ci/run also runs (the default suite stays under 10 minutes)
+@pytest.mark.parametrize("method", [pytest.param("gossip-avg", marks=pytest.mark.slow), "ditto"])
 def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, method):
     """An MLP with dropout: the batched simulation trains it one device at a time (dropout cannot
     run under vmap) instead of crashing; two runs from one seed give the same numbers in each

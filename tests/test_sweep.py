@@ -296,6 +296,7 @@ def test_reference_documents_every_sweep_key(repo_root):
     assert not [k for k in keys if f"`{k}`" not in doc.split("## Sweep files", 1)[1]]
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs
 def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, tmp_path):
     """A `dask scheduler` and two `dask worker` processes started apart from p2pfed, on 127.0.0.1."""
     sweep, out2 = two_worker_sweep
@@ -331,6 +332,7 @@ def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, t
         logs.close()
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs
 def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-sweep, then --resume.
     The child gets SIGINT's default disposition back, as under a terminal: a suite started in the

@@ -10,9 +10,10 @@ A faults file says what goes wrong, and when, in rounds::
       - {peer: 3, after_round: 1}
 
 Rounds are watched through each peer's ``progress.json`` (rounds done, written after each round):
-a peer is killed once it has done ``after_round`` rounds; a partition starts when the most
-advanced live peer has done ``from_round`` rounds and heals when it has done ``to_round``. What
-happened, and when, is in ``summary.json`` ``runtime.faults``.
+a peer is killed once it has done ``after_round`` rounds; a partition starts once every running
+peer has done ``from_round`` rounds and heals once every running peer has done ``to_round``, so
+that every peer lives through rounds ``from_round`` to ``to_round - 1`` cut off, however far
+apart the peers are. What happened, and when, is in ``summary.json`` ``runtime.faults``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class SlowLink(_Section):
 class Partition(_Section):
     groups: list[list[int]] = Field(min_length=2, description="peers on each side; links between sides are cut")
     from_round: int = Field(ge=0)
-    to_round: int = Field(gt=0, description="healed once the most advanced peer has done this many rounds")
+    to_round: int = Field(gt=0, description="healed once every running peer has done this many rounds")
 
     @model_validator(mode="after")
     def _ordered_and_disjoint(self) -> Partition:
@@ -133,17 +134,18 @@ class FaultDriver:
                 self.procs[k.peer].kill()
                 self.killed.add(k.peer)
                 self._event("kill", peer=k.peer, rounds_done=done[k.peer])
-        ahead = max((d for i, d in enumerate(done) if i not in self.killed), default=0)
+        running = [d for i, d in enumerate(done) if self.procs[i].poll() is None]
+        slowest = min(running, default=0)
         changed = False
         for i, part in enumerate(self.faults.partitions):
             state = self._partition_state.get(i)
-            if state is None and ahead >= part.from_round:
+            if state is None and running and slowest >= part.from_round:
                 self._partition_state[i] = "cut"
-                self._event("partition", index=i, rounds_done=ahead)
+                self._event("partition", index=i, rounds_done=slowest)
                 changed = True
-            elif state == "cut" and ahead >= part.to_round:
+            elif state == "cut" and (not running or slowest >= part.to_round):
                 self._partition_state[i] = "healed"
-                self._event("heal", index=i, rounds_done=ahead)
+                self._event("heal", index=i, rounds_done=slowest)
                 changed = True
         if changed:
             self.lan.cut(self.cut_links())
