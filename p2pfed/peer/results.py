@@ -13,7 +13,8 @@ from typing import Any
 
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder
-from p2pfed.results.summary import build_summary
+from p2pfed.results.summary import adversaries_summary, build_summary
+from p2pfed.scenario.build import adversary_map, load_scenario_dataset
 from p2pfed.scenario.loader import LoadedScenario, dump
 
 
@@ -27,6 +28,11 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
     recorder = merge(peers)
     rows = recorder.rows
+    if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
+        scenario_data = load_scenario_dataset(loaded)
+        attacks = {d: a.kind for d, a in adversary_map(loaded, len(scenario_data.devices),
+                                                         scenario_data.num_classes).items()}
+        extra["adversaries"] = adversaries_summary(recorder, attacks)
     summary = build_summary(dump(loaded), loaded.source, recorder, [p["stats"] for p in peers],
                             devices=len(peers), sim_time_s=rows[-1]["sim_time_s"] if rows else 0.0,
                             wall_time_s=wall_time_s, full_model_bytes=full_model_bytes, **extra)

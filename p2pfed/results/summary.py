@@ -68,6 +68,25 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
     }
 
 
+def adversaries_summary(recorder: Recorder, attacks: dict[int, str]) -> dict[str, Any]:
+    """``summary.json`` ``adversaries``: who lied and how, and the final macro-F1 of the honest
+    devices apart from the adversaries' (each protocol scored; means over devices), since an
+    attack is judged by what it does to the honest."""
+    def mean_f1(evaluations: list[Any], honest: bool) -> float | None:
+        values = [e.f1_macro for d, e in zip(recorder.device_ids, evaluations)
+                  if (d not in attacks) == honest and e.f1_macro == e.f1_macro]
+        return round_float(sum(values) / len(values)) if values else None
+
+    out: dict[str, Any] = {"devices": {str(d): kind for d, kind in sorted(attacks.items())},
+                           "honest_devices": sum(d not in attacks for d in recorder.device_ids)}
+    for label, evaluations in [("", recorder.last_evaluations),
+                               *[(f"_{p.replace('-', '_')}", recorder.last_evaluations_under(p)) for p in PROTOCOLS]]:
+        if evaluations is not None:
+            out[f"honest_f1{label}_mean"] = mean_f1(evaluations, True)
+            out[f"adversary_f1{label}_mean"] = mean_f1(evaluations, False)
+    return out
+
+
 def _evaluation(config: dict[str, Any], recorder: Recorder) -> dict[str, Any]:
     """Which model the headline F1 scored, and the run's best round (some papers report it).
 

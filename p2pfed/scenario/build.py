@@ -5,10 +5,13 @@ Shared by the simulation and the real-peer runtime so both build devices the sam
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 from torch import nn
 
 from p2pfed.algorithms import Algorithm, DeviceContext, Offload, algorithm_class
+from p2pfed.algorithms.attacks import Attack, adversarial
 from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
                          load_dataset)
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
@@ -69,13 +72,21 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     tables, ``offload``: where methods may send work (see ``Offload``)."""
     sc = loaded.scenario
     device = dataset.devices[device_id] if device is None else device
+    shared = shared if shared is not None else {}
+    attack = None
+    if sc.adversaries:   # chosen once per runtime, in the runtime-wide memo
+        if "adversaries" not in shared:
+            shared["adversaries"] = adversary_map(loaded, len(dataset.devices), dataset.num_classes)
+        attack = shared["adversaries"].get(device_id)
+    if attack is not None and attack.kind == "label-flip":
+        device = replace(device, y_train=attack.flipped(device.y_train, dataset.num_classes))
     model = build_device_model(loaded, dataset.num_features, dataset.num_classes)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
                         training=TrainingConfig(**sc.training.model_dump()),
                         rng=stream(sc.seed, "device", device_id),
                         torch_generator=torch_stream(sc.seed, "device", device_id), rounds=sc.device_rounds(),
                         model_rng=torch_stream(sc.seed, "device-model", device_id), model_name=sc.model.name,
-                        shared=shared if shared is not None else {},
+                        shared=shared,
                         model_seed=int_seed(sc.seed, "model-init"),
                         hide_test_classes=sc.dynamic.test_classes == "visible")
     if offload is not None:
@@ -84,7 +95,37 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
         pool = pooled_test if pooled_test is not None else pooled_test_data(dataset)
         ctx.generalization_data = lambda: pool.others(device_id)
     cls = algorithm_class(sc.algorithm.name, [loaded.base_dir])
+    if attack is not None:
+        cls = adversarial(cls, attack, int_seed(sc.seed, "attack", device_id))
     return cls(ctx, algorithm_options(loaded))
+
+
+def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) -> dict[int, Attack]:
+    """Which devices lie, and how: the scenario's ``adversaries`` entries in order, each naming
+    devices or drawing its fraction (rounded, at least one) from the devices not yet chosen, with
+    the scenario's seed. Raises ScenarioError naming an entry whose ids are out of range."""
+    chosen: dict[int, Attack] = {}
+    rng = stream(loaded.scenario.seed, "adversaries")
+    for i, spec in enumerate(loaded.scenario.adversaries):
+        attack = Attack(spec.kind, spec.start_round, spec.factor, spec.noise_std, spec.source_class, spec.target_class)
+        for key in ("source_class", "target_class"):
+            if (value := getattr(spec, key)) is not None and value >= num_classes:
+                raise ScenarioError([f"{loaded.source}: adversaries.{i}.{key}: {value} is not a class "
+                                     f"(the scenario has 0..{num_classes - 1})"])
+        if spec.devices is not None:
+            bad = [d for d in spec.devices if d >= num_devices]
+            if bad:
+                raise ScenarioError([f"{loaded.source}: adversaries.{i}.devices: {bad} are not devices "
+                                     f"(the scenario has 0..{num_devices - 1})"])
+            ids = spec.devices
+        else:
+            assert spec.fraction is not None   # the schema requires one of the two
+            free = [d for d in range(num_devices) if d not in chosen]
+            count = min(len(free), max(1, round(spec.fraction * num_devices)))
+            ids = sorted(int(d) for d in rng.choice(free, size=count, replace=False))
+        for d in ids:
+            chosen[d] = attack
+    return chosen
 
 
 def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:

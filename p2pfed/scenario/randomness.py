@@ -24,6 +24,8 @@ STREAMS = (
     "participation",    # which devices take part in a synchronous round
     "device-clocks",    # when each device first trains under contacts, and its jitter
     "class-schedule",   # dynamic data: which classes are hidden and when they return
+    "adversaries",      # which devices lie (adversaries[].fraction)
+    "attack",           # per adversary: its attack's own noise (index: device id)
 )
 
 

@@ -313,6 +313,30 @@ class ChurnSection(Section):
         return self
 
 
+class AdversarySection(Section):
+    """Devices that lie (issue 32): which, how and from when. The attack wraps the device's method
+    (``p2pfed/algorithms/attacks.py``), the same in every runtime."""
+
+    kind: Literal["label-flip", "sign-flip", "scale", "noise", "free-ride"]
+    devices: list[int] | None = Field(default=None, description="these device ids")
+    fraction: float | None = Field(default=None, gt=0, lt=1, description="or this fraction, drawn from the seed")
+    start_round: int = Field(default=0, ge=0, description="model attacks and free-riding from this round")
+    factor: float = Field(default=1.0, gt=0, description="sign-flip: shares -factor x its model; scale: factor x")
+    noise_std: float = Field(default=1.0, gt=0, description="noise: Gaussian added to every shared float")
+    source_class: int | None = Field(default=None, ge=0, description="label-flip: only this class ...")
+    target_class: int | None = Field(default=None, ge=0, description="... relabelled as this one")
+
+    @model_validator(mode="after")
+    def _one_way_to_choose(self) -> AdversarySection:
+        if (self.devices is None) == (self.fraction is None):
+            raise ValueError("adversaries: give devices (a list of ids) or fraction, not both or neither")
+        if (self.source_class is None) != (self.target_class is None):
+            raise ValueError("adversaries: source_class and target_class go together (label-flip of one class)")
+        if self.source_class is not None and self.kind != "label-flip":
+            raise ValueError(f"adversaries: source_class/target_class are label-flip's, not {self.kind}'s")
+        return self
+
+
 class Scenario(Section):
     name: str = "scenario"
     description: str = ""
@@ -330,6 +354,7 @@ class Scenario(Section):
     asynchronous: AsynchronousSection = AsynchronousSection()
     forwarding: ForwardingSection = ForwardingSection()
     churn: ChurnSection = ChurnSection()
+    adversaries: list[AdversarySection] = []
 
     @model_validator(mode="after")
     def _sections_agree(self) -> Scenario:

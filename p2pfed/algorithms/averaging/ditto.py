@@ -15,14 +15,14 @@ from typing import Any
 from pydantic import Field
 from torch import nn
 
-from p2pfed.algorithms.base import DeviceContext, Options, TrainingWork
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvg
+from p2pfed.algorithms.base import DeviceContext, TrainingWork
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.regularisers import proximal_loss, snapshot
 
 
-class DittoOptions(Options):
+class DittoOptions(GossipAvgOptions):
     lam: float = Field(0.1, ge=0, description="weight of the pull toward the global model")
 
 

@@ -21,15 +21,15 @@ import torch
 from pydantic import Field, ValidationInfo, model_validator
 from sklearn.cluster import AgglomerativeClustering
 
-from p2pfed.algorithms.base import DeviceContext, Options, Payload, Received, TrainingWork, expect_array, run_facts
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvg
+from p2pfed.algorithms.base import DeviceContext, Payload, Received, TrainingWork, expect_array, run_facts
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.learning.model import num_parameters
 from p2pfed.learning.regularisers import snapshot
 
 
-class FedClarOptions(Options):
+class FedClarOptions(GossipAvgOptions):
     cluster_round: int | None = Field(None, ge=0, description="round of the clustering; default half the rounds")
     threshold: float = Field(0.5, gt=0, le=2, description="cosine distance that cuts the dendrogram")
     fine_tune_rounds: int = Field(1, ge=0, description="final rounds of local fine-tuning")

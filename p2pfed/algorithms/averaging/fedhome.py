@@ -25,16 +25,16 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from p2pfed.algorithms.base import DeviceContext, Options, TrainingWork
+from p2pfed.algorithms.base import DeviceContext, TrainingWork
 from p2pfed.algorithms.averaging.balancing import smote_balance
 from p2pfed.algorithms.averaging.fedper import split_body_head
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvg
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.model import feature_dim, head_of
 
 
-class FedHomeOptions(Options):
+class FedHomeOptions(GossipAvgOptions):
     fine_tune_rounds: int = Field(10, ge=0, description="final rounds of local fine-tuning")
     smote_k: int = Field(5, ge=1, description="SMOTE's k nearest neighbours")
     balance: Literal["representation", "input"] = Field(

@@ -13,15 +13,15 @@ import torch
 from pydantic import Field, ValidationInfo, model_validator
 from torch import nn
 
-from p2pfed.algorithms.base import DeviceContext, FusionWork, Options, Received, run_facts
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvg
+from p2pfed.algorithms.base import DeviceContext, FusionWork, Received, run_facts
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.regularisers import snapshot
 
 
-class FedPerOptions(Options):
+class FedPerOptions(GossipAvgOptions):
     head_layers: int = Field(1, ge=1, description="last layers kept local (the head); the MLP only")
 
     @model_validator(mode="after")

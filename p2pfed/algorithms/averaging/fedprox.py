@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from p2pfed.algorithms.base import Options, TrainingWork
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvg
+from p2pfed.algorithms.base import TrainingWork
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.learning.regularisers import proximal_loss, snapshot
 
 
-class FedProxOptions(Options):
+class FedProxOptions(GossipAvgOptions):
     mu: float = Field(0.01, ge=0, description="weight of the proximal term")
 
 

@@ -1,0 +1,80 @@
+"""Peers that lie (issue 32): each attack does what it says to what a device trains and shares, the
+honest devices' F1 is reported apart, and a robust fusion recovers what an attack took."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pfed.algorithms.base import Payload
+from p2pfed.engine.runner import run_scenario
+from p2pfed.scenario.build import adversary_map, build_algorithm, load_scenario_dataset
+from p2pfed.scenario.loader import ScenarioError, load_scenario
+
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "synthetic-small.yaml"
+GOSSIP = ["algorithm.name=gossip-avg", "rounds=10"]
+
+
+def _device(adversaries: str, device: int = 2):
+    loaded = load_scenario(SCENARIO, [*GOSSIP, f"adversaries={adversaries}"])
+    dataset = load_scenario_dataset(loaded)
+    return build_algorithm(loaded, dataset, device), dataset
+
+
+def test_each_attack_changes_only_what_it_should():
+    honest, dataset = _device("[]")
+    flipped, _ = _device("[{kind: label-flip, devices: [2]}]")
+    assert np.array_equal(flipped.ctx.device.y_train, dataset.num_classes - 1 - dataset.devices[2].y_train)
+    one, _ = _device("[{kind: label-flip, devices: [2], source_class: 0, target_class: 1}]")
+    assert set(one.ctx.device.y_train[dataset.devices[2].y_train == 0]) == {1}
+    flipped_sign, _ = _device("[{kind: sign-flip, devices: [2], factor: 2}]")
+    mine, theirs = honest.share(0), flipped_sign.share(0)
+    assert isinstance(mine, Payload) and isinstance(theirs, Payload)
+    for name, array in mine.tensors.items():
+        expected = -2 * array if np.issubdtype(array.dtype, np.floating) else array
+        assert np.allclose(theirs.tensors[name], expected)
+    noisy, _ = _device("[{kind: noise, devices: [2], noise_std: 0.5}]")
+    state = noisy.state_dict()
+    first = noisy.share(0).tensors
+    noisy.load_state_dict(state)                 # its noise stream is checkpointed: the same draw again
+    assert all(np.array_equal(first[k], v) for k, v in noisy.share(0).tensors.items())
+    assert any(not np.allclose(first[k], v) for k, v in mine.tensors.items())
+    free, _ = _device("[{kind: free-ride, devices: [2], start_round: 3}]")
+    assert free.train(2) is not None and free.train(3) is None
+    bystander, _ = _device("[{kind: sign-flip, devices: [5]}]", device=2)   # another device lies
+    assert all(np.array_equal(bystander.share(0).tensors[k], v) for k, v in mine.tensors.items())
+
+
+def test_who_lies_is_drawn_from_the_seed_and_bad_ids_are_refused():
+    loaded = load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: noise, fraction: 0.25}, "
+                                      "{kind: free-ride, devices: [0]}]"])
+    chosen = adversary_map(loaded, 12, 4)
+    assert chosen == adversary_map(loaded, 12, 4) and len(chosen) in (3, 4)
+    assert chosen[0].kind == "free-ride" and sum(a.kind == "noise" for a in chosen.values()) >= 2
+    with pytest.raises(ScenarioError, match=r"adversaries\.0\.devices: \[12\]"):
+        adversary_map(load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: noise, devices: [12]}]"]), 12, 4)
+    with pytest.raises(ScenarioError, match="adversaries"):
+        load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: noise, devices: [1], fraction: 0.2}]"])
+
+
+def _honest_f1(robust: str, adversaries: str) -> float:
+    summary = run_scenario(load_scenario(SCENARIO, [*GOSSIP, f"algorithm.robust={robust}",
+                                                    f"adversaries={adversaries}"]), progress=False)
+    assert summary is not None
+    if adversaries == "[]":
+        return summary["final"]["f1_macro_mean"]
+    assert summary["adversaries"]["honest_devices"] == 9
+    return summary["adversaries"]["honest_f1_mean"]
+
+
+def test_sign_flipping_peers_break_gossip_averaging_and_the_median_recovers_it():
+    """Three of twelve devices send their model times -3: the honest devices' F1 collapses under the
+    weighted mean and comes back to the no-attack level under the coordinate-wise median."""
+    attack = "[{kind: sign-flip, fraction: 0.25, factor: 3}]"
+    clean = _honest_f1("none", "[]")
+    attacked = _honest_f1("none", attack)
+    defended = _honest_f1("median", attack)
+    assert attacked < clean - 0.25
+    assert defended > clean - 0.05
