@@ -3,6 +3,7 @@ honest devices' F1 is reported apart, and a robust fusion recovers what an attac
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,22 @@ def test_sign_flipping_peers_break_gossip_averaging_and_the_median_recovers_it()
     defended = _honest_f1("median", attack)
     assert attacked < clean - 0.25
     assert defended > clean - 0.05
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_real_peers_with_one_attacking_peer_give_the_simulators_honest_f1(tmp_path, capsys):
+    """Three peers launched on loopback, peer 1 adding noise to what it shares (its scenario says so,
+    as a bundle's would): the honest peers' F1 is the simulator's."""
+    from p2pfed.cli.main import main
+    sets = ["dataset.synthetic.num_devices=3", "dataset.synthetic.samples_per_class=12", "model.hidden=[8,16]",
+            "rounds=3", "algorithm.name=gossip-avg", "adversaries=[{kind: noise, devices: [1], noise_std: 0.5}]"]
+    out = tmp_path / "launch"
+    code = main(["launch", str(SCENARIO), "--out", str(out), "--insecure", "--round-timeout", "20",
+                 *sum((["--set", s] for s in sets), [])])
+    assert code == 0, capsys.readouterr().err
+    real = json.loads((out / "summary.json").read_text())["adversaries"]
+    sim = run_scenario(load_scenario(SCENARIO, sets), progress=False)
+    assert sim is not None
+    assert real["devices"] == sim["adversaries"]["devices"] == {"1": "noise"}
+    assert real["honest_devices"] == 2
+    assert abs(real["honest_f1_mean"] - sim["adversaries"]["honest_f1_mean"]) <= 0.02
