@@ -60,10 +60,12 @@ def test_who_lies_is_drawn_from_the_seed_and_bad_ids_are_refused():
         load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: noise, devices: [1], fraction: 0.2}]"])
 
 
-def _honest_f1(robust: str, adversaries: str) -> float:
-    summary = run_scenario(load_scenario(SCENARIO, [*GOSSIP, f"algorithm.robust={robust}",
+def _honest_f1(robust: str, adversaries: str, *options: str, drops: dict | None = None) -> float:
+    summary = run_scenario(load_scenario(SCENARIO, [*GOSSIP, f"algorithm.robust={robust}", *options,
                                                     f"adversaries={adversaries}"]), progress=False)
     assert summary is not None
+    if drops is not None:
+        drops.update(summary["comm"]["drop_reasons"])
     if adversaries == "[]":
         return summary["final"]["f1_macro_mean"]
     assert summary["adversaries"]["honest_devices"] == 9
@@ -79,6 +81,20 @@ def test_sign_flipping_peers_break_gossip_averaging_and_the_median_recovers_it()
     defended = _honest_f1("median", attack)
     assert attacked < clean - 0.25
     assert defended > clean - 0.05
+    # multi-Krum, tolerating 3 liars and averaging the 9 best-scored models, holds too
+    assert _honest_f1("krum", attack, "algorithm.byzantine=3", "algorithm.krum_select=9") > clean - 0.05
+
+
+def test_scaled_models_drive_gossip_to_nan_the_run_goes_on_and_clipping_bounds_them():
+    """Three devices send their model times 10: under the weighted mean every model ends NaN — the
+    run still finishes, each device's unsendable share counted as a drop — and clipping every
+    peer's difference to norm 1 keeps the honest devices at the no-attack level."""
+    attack = "[{kind: scale, fraction: 0.25, factor: 10}]"
+    clean = _honest_f1("none", "[]")
+    drops: dict = {}
+    assert _honest_f1("none", attack, drops=drops) < clean - 0.25
+    assert drops.get("share:not-finite", 0) > 0
+    assert _honest_f1("clip", attack, "algorithm.clip_norm=1") > clean - 0.05
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs

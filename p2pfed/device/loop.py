@@ -17,6 +17,7 @@ from typing import Any
 
 from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
 from p2pfed.device.wire import encode_share
+from p2pfed.transport import CodecError
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
@@ -123,11 +124,20 @@ class DeviceLoop:
         parts = [] if shared is None else [shared] if isinstance(shared, Payload) else list(shared)
         if not self.split_parts:
             parts = merge_parts(parts)
-        return [Outgoing(p.meta.get("part", "whole"), round, now,
-                         encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes,
-                                      precision=self.precision),
-                         to=p.meta.get("to"))
-                for p in parts]
+        out = []
+        for p in parts:
+            try:
+                data = encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes,
+                                    precision=self.precision)
+            except CodecError as exc:
+                if exc.reason != "not-finite":
+                    raise
+                # A model driven to NaN or inf (e.g. by a neighbour's poison) has nothing to send;
+                # the run goes on, and the drop is counted as this device's own, by reason.
+                self.recorder.dropped(self.device, self.device, round, "share:not-finite", str(exc))
+                continue
+            out.append(Outgoing(p.meta.get("part", "whole"), round, now, data, to=p.meta.get("to")))
+        return out
 
     def evaluate(self, round: int, evaluation: Evaluation | None = None, when: str | None = None) -> Evaluation:
         """Record the evaluation of the model the device holds now under ``round`` (or

@@ -8,6 +8,8 @@ with the origin's round and ``sent_at``, so its age is the age of the artifact, 
 
 from __future__ import annotations
 
+import numpy as np
+
 from torch import nn
 
 from p2pfed.algorithms import Payload
@@ -43,7 +45,7 @@ def encode_resend_request(sender: int, from_round: int, sent_at: float, max_byte
 def full_model_bytes(model: nn.Module, precision: str = "float32") -> int:
     """Encoded size of one whole-model message at the run's wire precision: the yardstick for
     communication ratios (so a ratio compares equal precisions)."""
-    p = model_payload(model, 0)
-    meta, tensors = reduce_precision(p.meta, p.tensors, precision)
+    p = model_payload(model, 0)   # sized from zeros: a model driven to NaN still has a size
+    meta, tensors = reduce_precision(p.meta, {k: np.zeros_like(v) for k, v in p.tensors.items()}, precision)
     return encoded_size(Message(kind="gossip/model", sender=0, round=0, sent_at=0.0, meta=meta,
                                 tensors=tensors))

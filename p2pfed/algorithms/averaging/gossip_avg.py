@@ -20,19 +20,22 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 from pydantic import Field
-from scipy.stats import trim_mean
 
 from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Options, Payload, Received
 from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
+from p2pfed.learning.robust_fusion import combine
 
 
 class GossipAvgOptions(Options):
-    robust: Literal["none", "median", "trimmed-mean"] = Field(
-        "none", description="how the models are combined: the sample-weighted mean (none), or, against "
-        "peers that lie, the coordinate-wise median or trimmed mean of the own and the peers' models")
+    robust: Literal["none", "median", "trimmed-mean", "krum", "clip"] = Field(
+        "none", description="how the models are combined: the sample-weighted mean (none), or a rule against "
+        "peers that lie (p2pfed/learning/robust_fusion.py)")
     trim_fraction: float = Field(0.2, ge=0, lt=0.5, description="trimmed-mean: the share cut at each end")
+    byzantine: int = Field(1, ge=0, description="krum: the number of lying models tolerated (f)")
+    krum_select: int = Field(1, ge=1, description="krum: models averaged among the best scored (1: Krum)")
+    clip_norm: float = Field(1.0, gt=0, description="clip: the largest L2 norm of a peer's difference to the own model")
 
 
 @register
@@ -77,21 +80,27 @@ class GossipAvg(Algorithm):
             return None
         peers = [(r.parsed, float(sample_count(r.payload))) for r in self.mates(round, fresh)]
         if self.options.robust != "none" and peers:
-            robust_combine(self.ctx.model, [tensors for tensors, _ in peers], self.shared_shapes, self.options.robust,
-                           self.options.trim_fraction)
+            robust_into(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes, self.options)
             return None
         return averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes)
 
 
-def robust_combine(model: torch.nn.Module, peers: list[dict[str, np.ndarray]], names: Iterable[str],
-                   rule: str, trim_fraction: float) -> None:
-    """Each named parameter replaced by the coordinate-wise median (``median``) or trimmed mean
-    (``trimmed-mean``, scipy's) of the model's own and the peers' values, every model counting
-    once: a minority of peers sending poison moves it little, whatever their sample counts claim."""
+def robust_into(model: torch.nn.Module, own_weight: float, peers: list[tuple[dict[str, np.ndarray], float]],
+                names: Iterable[str], options: GossipAvgOptions) -> None:
+    """The named parameters replaced by ``options.robust``'s combination of the own model and the
+    peers' (``learning/robust_fusion.py``), all the shared parameters as one vector per model."""
     params = dict(model.named_parameters())
+    names = list(names)
+    own = np.concatenate([params[n].detach().cpu().numpy().ravel() for n in names]).astype(np.float64)
+    rows = np.vstack([own, *[np.concatenate([np.asarray(p[n], dtype=np.float64).ravel() for n in names])
+                             for p, _ in peers]])
+    weights = np.array([own_weight, *[w for _, w in peers]], dtype=np.float64)
+    combined = combine(rows, weights, options.robust, trim_fraction=options.trim_fraction,
+                       byzantine=options.byzantine, select=options.krum_select, clip_norm=options.clip_norm)
+    offset = 0
     with torch.no_grad():
-        for name in names:
-            own = params[name].detach().cpu().numpy().astype(np.float64)
-            stack = np.stack([own, *[np.asarray(p[name], dtype=np.float64) for p in peers]])
-            combined = np.median(stack, axis=0) if rule == "median" else trim_mean(stack, trim_fraction, axis=0)
-            params[name].copy_(torch.from_numpy(np.asarray(combined, dtype=np.float32)))
+        for n in names:
+            size = params[n].numel()
+            values = combined[offset:offset + size].reshape(params[n].shape).astype(np.float32)
+            params[n].copy_(torch.from_numpy(values))
+            offset += size

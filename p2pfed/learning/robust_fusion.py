@@ -1,0 +1,52 @@
+"""Combining models some of which may be poison: the rules ``algorithm.robust`` selects.
+
+Each rule takes the candidate models as rows of one matrix (the device's own model first, then
+its peers', each flattened over the shared parameters) with their sample-count weights, and
+returns the combined row:
+
+- ``median``: the coordinate-wise median (every model counts once);
+- ``trimmed-mean``: the coordinate-wise mean after cutting ``trim_fraction`` of the values at each
+  end (``scipy.stats.trim_mean``);
+- ``krum``: Krum: each model's score is the sum of squared distances to its ``n - f - 2`` nearest
+  other models, and the ``select`` best-scored models are averaged with their weights (one:
+  Krum's single choice; more: the multi-Krum variant). ``f`` is the number of liars tolerated,
+  lowered to ``(n - 3) // 2`` when fewer than ``2f + 3`` models are at hand;
+- ``clip``: every peer's difference to the own model is scaled down to an L2 norm of at most
+  ``clip_norm``, then the weighted mean is taken (a liar moves the result by a bounded amount).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import trim_mean
+
+RULES = ("median", "trimmed-mean", "krum", "clip")
+
+
+def combine(rows: np.ndarray, weights: np.ndarray, rule: str, *, trim_fraction: float = 0.2, byzantine: int = 1,
+            select: int = 1, clip_norm: float = 1.0) -> np.ndarray:
+    """The combined model (see the module), from ``rows`` (models × values, own first)."""
+    if rule == "median":
+        return np.asarray(np.median(rows, axis=0))
+    if rule == "trimmed-mean":
+        return np.asarray(trim_mean(rows, trim_fraction, axis=0))
+    if rule == "krum":
+        chosen = krum_choice(rows, byzantine, select)
+        return np.asarray(np.average(rows[chosen], axis=0, weights=weights[chosen]))
+    if rule == "clip":
+        own, diffs = rows[0], rows[1:] - rows[0]
+        norms = np.linalg.norm(diffs, axis=1, keepdims=True)
+        scaled = diffs * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
+        return np.asarray(np.average(np.vstack([own, own + scaled]), axis=0, weights=weights))
+    raise ValueError(f"unknown robust rule {rule!r}; known: {', '.join(RULES)}")
+
+
+def krum_choice(rows: np.ndarray, byzantine: int, select: int) -> np.ndarray:
+    """Indices of the ``select`` rows with the lowest Krum scores (ties: the earlier row)."""
+    n = len(rows)
+    f = min(byzantine, max((n - 3) // 2, 0))
+    neighbours = max(n - f - 2, 1)
+    squared = np.sum((rows[:, None, :] - rows[None, :, :]) ** 2, axis=2)
+    np.fill_diagonal(squared, np.inf)
+    scores = np.sort(squared, axis=1)[:, :min(neighbours, n - 1)].sum(axis=1) if n > 1 else np.zeros(1)
+    return np.argsort(scores, kind="stable")[:min(select, n)]
