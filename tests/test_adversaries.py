@@ -114,3 +114,20 @@ def test_real_peers_with_one_attacking_peer_give_the_simulators_honest_f1(tmp_pa
     assert real["devices"] == sim["adversaries"]["devices"] == {"1": "noise"}
     assert real["honest_devices"] == 2
     assert abs(real["honest_f1_mean"] - sim["adversaries"]["honest_f1_mean"]) <= 0.02
+
+
+def test_robust_rules_on_planted_rows():
+    """Seven honest models near 1, three liars far away: every rule lands near the honest ones,
+    the weighted mean does not; clipping moves the own model by at most clip_norm per liar share."""
+    from p2pfed.learning.robust_fusion import combine, krum_choice
+    rng = np.random.default_rng(0)
+    honest = 1.0 + 0.01 * rng.standard_normal((7, 5))
+    liars = np.full((3, 5), -30.0)
+    rows, weights = np.vstack([honest, liars]), np.ones(10)
+    assert abs(np.average(rows, axis=0, weights=weights).mean() - 1.0) > 5
+    assert set(krum_choice(rows, byzantine=3, select=7)) == set(range(7))
+    for rule, kwargs in [("median", {}), ("trimmed-mean", {"trim_fraction": 0.35}), ("krum", {"byzantine": 3}),
+                         ("krum", {"byzantine": 3, "select": 7})]:
+        assert np.allclose(combine(rows, weights, rule, **kwargs), 1.0, atol=0.05), (rule, kwargs)
+    clipped = combine(rows, weights, "clip", clip_norm=0.5)
+    assert np.linalg.norm(clipped - rows[0]) <= 0.5 * 3 / 10 + 0.05
