@@ -112,7 +112,7 @@ def _launch(out: Path, *extra: str) -> list[str]:
             "--out", str(out), *[a for o in SMALL for a in ("--set", o)], *extra]
 
 
-@pytest.mark.slow   # in the slow set .ci/run also runs; the faults tests run four CURVE peers by default
+@pytest.mark.slow   # in the slow set .ci/run also runs; the faults tests run three CURVE peers by default
 def test_secure_launch_of_eight_peers_on_an_emulated_ring_leaves_nothing(tmp_path, permitted):
     """The default (CURVE) launch, 8 peers on the scenario's ring with 30 ms / 2 Mbit/s links: every
     peer finishes, each message took at least the link's latency, and no namespace is left."""
