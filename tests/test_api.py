@@ -90,6 +90,7 @@ def test_tensorboard_logs_every_evaluation_as_the_rounds_file_has_it(tmp_path):
     assert main(["run", "--log", "mlflow:x", "--set", "rounds=1"]) == 2
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs
 def test_the_notebook_example_runs(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "notebook.py")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)

@@ -88,7 +88,8 @@ def test_protohar_runs_with_the_reference_defaults():
     assert (options.head_epochs, options.proto_weight) == (1, 0.1)
 
 
-@pytest.mark.parametrize("name", ["protohar", "fedproto"])
+# protohar's run is in the slow set .ci/run also runs (the default suite stays under 10 minutes)
+@pytest.mark.parametrize("name", [pytest.param("protohar", marks=pytest.mark.slow), "fedproto"])
 def test_prototype_methods_pull_toward_averaged_prototypes(tmp_path, name):
     stats = _stats(tmp_path / "on", name)
     # Every training after the first fusion uses the term: all rounds but the first.
