@@ -83,6 +83,7 @@ class EmulatedLan:
         self.hosts, self.links, self.folder, self.seed = hosts, dict(links), folder, seed
         self.addresses = [host_address(i) for i in range(hosts)]
         self.holders: list[subprocess.Popen] = []
+        self.peer_pids: list[int] = []            # the holders of the hosts' namespaces, by host
         self.started: list[subprocess.Popen] = []
         self.emulator: subprocess.Popen | None = None
         self.stats: dict[str, Any] = {}
