@@ -1,0 +1,144 @@
+"""Which defence holds against which attack, from the adversaries sweep's cells, seed by seed.
+
+Reads every cell's ``summary.json``: its defence (``algorithm.robust``), its attack (the
+``adversaries`` entry: kind and fraction), its seed, and the honest devices' final F1
+(``adversaries.honest_f1_mean``; the whole run's F1 for a run without liars). The unit of every
+test is the seed (one whole run). Two families of tests, each adjusted over its own number of
+comparisons (Benjamini–Hochberg, stated in the table):
+
+- **holds**: a defence holds against an attack at a fraction when the honest devices' F1 under
+  that attack with that defence is not more than ``MARGIN`` (0.05) below the F1 of the run with
+  neither liars nor defence, same seed: one-sided paired t-test of ``defended - clean > -MARGIN``
+  (non-inferiority), adjusted p < 0.05;
+- **helps**: the defence against no defence under the same attack: two-sided paired t-test of
+  the honest F1, adjusted p < 0.05.
+
+    python bench/adversaries_tests.py bench/results/adversaries
+
+writes ``tests.csv`` and ``table.md`` into the sweep folder and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from p2pfed.sweeps.paired import adjust, paired_test
+
+MARGIN = 0.05
+ALPHA = 0.05
+
+
+def attack_label(adversaries: list[dict[str, Any]]) -> str:
+    if not adversaries:
+        return "none"
+    (entry,) = adversaries
+    kind = entry["kind"] if isinstance(entry["kind"], str) else "+".join(entry["kind"])
+    return f"{kind} {round(100 * entry['fraction'])} %"
+
+
+def read_cells(folder: Path) -> dict[tuple[str, str], dict[int, float]]:
+    """(defence, attack) -> seed -> honest F1."""
+    out: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for path in sorted((folder / "cells").glob("*/summary.json")):
+        s = json.loads(path.read_text())
+        config = s["config"]
+        f1 = s["adversaries"]["honest_f1_mean"] if "adversaries" in s else s["final"]["f1_macro_mean"]
+        key = (config["algorithm"].get("robust", "none"), attack_label(config.get("adversaries", [])))
+        out[key][int(config["seed"])] = float(f1)
+    return out
+
+
+def non_inferiority(defended: list[float], clean: list[float]) -> float:
+    """One-sided p of ``mean(defended - clean) > -MARGIN`` (1.0 where the differences have no spread
+    and sit at or below the margin, 0.0 where they have none and sit above it)."""
+    diff = np.asarray(defended) - np.asarray(clean) + MARGIN
+    if diff.size < 2 or float(diff.std(ddof=1)) == 0.0:
+        return 0.0 if float(diff.mean()) > 0 else 1.0
+    return float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
+
+
+def tests(cells: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]]:
+    clean = cells[("none", "none")]
+    defences = sorted({d for d, _ in cells}, key=lambda d: (d != "none", d))
+    attacks = sorted({a for _, a in cells},
+                     key=lambda a: (a != "none", a.split()[0], float(a.split()[-2]) if a != "none" else 0.0))
+    holds, helps = [], []
+    for attack in attacks:
+        for defence in defences:
+            runs = cells.get((defence, attack), {})
+            seeds = sorted(set(runs) & set(clean))
+            if (defence, attack) == ("none", "none") or len(seeds) < 2:
+                continue
+            row = {"attack": attack, "defence": defence, "seeds": len(seeds),
+                   **paired_test([runs[s] for s in seeds], [clean[s] for s in seeds])}
+            row["p_value"] = non_inferiority([runs[s] for s in seeds], [clean[s] for s in seeds])
+            holds.append(row)
+            if defence != "none" and attack != "none":
+                plain = cells.get(("none", attack), {})
+                both = sorted(set(runs) & set(plain))
+                helps.append({"attack": attack, "defence": defence, "seeds": len(both),
+                              **paired_test([runs[s] for s in both], [plain[s] for s in both])})
+    for row in adjust(holds):
+        row["test"] = f"holds: defended - clean > -{MARGIN} (one-sided)"
+    for row in adjust(helps):
+        row["test"] = "helps: defended vs undefended (two-sided)"
+    return holds + helps
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    holds = [r for r in rows if r["test"].startswith("holds")]
+    helps = {(r["attack"], r["defence"]): r for r in rows if r["test"].startswith("helps")}
+    defences = sorted(dict.fromkeys(r["defence"] for r in holds), key=lambda d: (d != "none", d))
+    lines = ["| attack | " + " | ".join(defences) + " |", "|---|" + "---|" * len(defences)]
+    by = {(r["attack"], r["defence"]): r for r in holds}
+    for attack in dict.fromkeys(r["attack"] for r in holds):
+        cells = []
+        for d in defences:
+            r = by.get((attack, d))
+            if r is None:
+                cells.append("–")
+                continue
+            mark = " ✓" if r["p_adjusted"] != "" and float(r["p_adjusted"]) < ALPHA else ""
+            h = helps.get((attack, d))
+            helped = h is not None and h["p_adjusted"] != "" and float(h["p_adjusted"]) < ALPHA
+            better = " ↑" if helped and h is not None and float(h["f1_diff"]) > 0 else ""
+            cells.append(f"{r['f1_a']:.3f} ({float(r['f1_diff']):+.3f}){mark}{better}".replace("-", "−"))
+        lines.append(f"| {attack} | " + " | ".join(cells) + " |")
+    n_holds = holds[0]["comparisons"] if holds else 0
+    n_helps = next(iter(helps.values()))["comparisons"] if helps else 0
+    lines += ["", f"Each cell: the honest devices' final F1, mean over seeds, and (in brackets) its paired difference "
+              f"from the run with neither liars nor defence. ✓: holds — not more than {MARGIN} below it "
+              f"(one-sided paired t-test, Benjamini–Hochberg over {n_holds} comparisons, adjusted p < {ALPHA}). "
+              f"↑: better than no defence under the same attack (two-sided paired t-test, "
+              f"Benjamini–Hochberg over {n_helps} comparisons, adjusted p < {ALPHA})."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", type=Path, help="the adversaries sweep's results folder")
+    args = parser.parse_args(argv)
+    rows = tests(read_cells(args.sweep))
+    with open(args.sweep / "tests.csv", "w", newline="") as f:
+        fields = ["test", "attack", "defence", "seeds", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low",
+                  "f1_diff_ci_high", "p_value", "p_adjusted", "adjustment", "comparisons"]
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    text = table(rows)
+    (args.sweep / "table.md").write_text(text)
+    print(text)
+    return 0 if not any(math.isnan(float(r["f1_a"])) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
