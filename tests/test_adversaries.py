@@ -131,3 +131,112 @@ def test_robust_rules_on_planted_rows():
         assert np.allclose(combine(rows, weights, rule, **kwargs), 1.0, atol=0.05), (rule, kwargs)
     clipped = combine(rows, weights, "clip", clip_norm=0.5)
     assert np.linalg.norm(clipped - rows[0]) <= 0.5 * 3 / 10 + 0.05
+
+
+FEDSUB = ["algorithm.name=fedsub"]
+
+
+def _fedsub_device(adversaries: str, device: int = 0):
+    loaded = load_scenario(SCENARIO, [*FEDSUB, f"adversaries={adversaries}"])
+    dataset = load_scenario_dataset(loaded)
+    return build_algorithm(loaded, dataset, device)
+
+
+def _parts(shares: list[Payload]) -> dict[str, Payload]:
+    return {p.meta["part"]: p for p in shares}
+
+
+def test_fedsub_attacks_poison_only_their_part():
+    """Model attacks leave FedSub's prototypes alone and flip its rows; subnetwork poisoning flips
+    only the rows of its class's own units; a prototype shifted toward a class becomes it."""
+    honest = _parts(_fedsub_device("[]").share(0))
+    flipped = _parts(_fedsub_device("[{kind: sign-flip, devices: [0], factor: 2}]").share(0))
+    assert np.array_equal(flipped["prototypes"].tensors["prototypes"], honest["prototypes"].tensors["prototypes"])
+    assert np.allclose(flipped["subnetworks"].tensors["layers.0.weight"],
+                       -2 * honest["subnetworks"].tensors["layers.0.weight"])
+    poisoned = _parts(_fedsub_device("[{kind: subnetwork-poison, devices: [0], target_class: 1}]").share(0))
+    sub, mine = poisoned["subnetworks"], honest["subnetworks"]
+    classes, sizes = sub.meta["classes"], [32, 64, 4]
+    bits = np.unpackbits(mine.tensors["units"], axis=1, count=sum(sizes)).astype(bool)
+    own = bits[classes.index(1)] & ~np.delete(bits, classes.index(1), axis=0).any(axis=0)
+    assert own.any()
+    sent = own[:32][bits.any(axis=0)[:32]]   # the first layer's sent rows that only class 1 uses
+    w, w0 = sub.tensors["layers.0.weight"], mine.tensors["layers.0.weight"]
+    assert np.allclose(w[sent], -w0[sent]) and np.array_equal(w[~sent], w0[~sent])
+    assert np.array_equal(sub.tensors["units"], mine.tensors["units"])
+    shifted = _parts(_fedsub_device("[{kind: prototype-shift, devices: [0], toward: class, target_class: 2}]")
+                     .share(0))["prototypes"]
+    protos, at = shifted.tensors["prototypes"], shifted.meta["classes"].index(2)
+    assert np.allclose(protos, protos[at][None]) and np.allclose(protos[at], honest["prototypes"].tensors["prototypes"][at])
+
+
+def test_attack_entries_that_cannot_work_are_refused_by_field():
+    for entry, field in [("{kind: subnetwork-poison, devices: [0]}", "target_class"),
+                         ("{kind: prototype-shift, devices: [0], victim: 3}", "victim"),
+                         ("{kind: [noise, noise], devices: [0]}", "distinct"),
+                         ("{kind: noise, devices: [0], target_class: 1}", "target_class")]:
+        with pytest.raises(ScenarioError, match=field):
+            load_scenario(SCENARIO, [*FEDSUB, f"adversaries=[{entry}]"])
+    with pytest.raises(ScenarioError, match=r"adversaries\.0\.victim: 40"):
+        adversary_map(load_scenario(SCENARIO, [*FEDSUB, "adversaries=[{kind: prototype-shift, devices: [0], "
+                                                        "toward: device, victim: 40}]"]), 12, 4)
+    with pytest.raises(ScenarioError, match="subnetwork-poison needs a method that shares class subnetworks"):
+        _device("[{kind: subnetwork-poison, devices: [2], target_class: 1}]")
+
+
+def test_robust_class_rows_follow_the_honest_mates_and_count_what_they_set_aside():
+    """One class, four mates (this device first) holding the same rows, one of them a liar whose
+    rows are -50: the median and Krum give the honest rows, the weighted mean would not, and the
+    counts say how many peer rows Krum left out."""
+    import torch
+    from p2pfed.algorithms.fedsub.robust_rows import RobustCount, robust_class_rows
+    sizes, width = [3, 2], 4
+    rng = np.random.default_rng(1)
+
+    def model(value: float) -> dict[str, torch.Tensor]:
+        return {"layers.0.weight": torch.full((3, width), value) + 0.01 * torch.as_tensor(rng.standard_normal((3, width))).float(),
+                "layers.0.bias": torch.full((3,), value), "layers.1.weight": torch.full((2, 3), value),
+                "layers.1.bias": torch.full((2,), value)}
+    mates = [model(1.0), model(1.0), model(1.0), model(-50.0)]
+    units = np.array([[True, True, False, True, False]] * 4)
+    for rule, extra in [("median", {}), ("krum", {"byzantine": 1, "select": 1})]:
+        count = RobustCount()
+        update, rows = robust_class_rows(mates[0], mates, 0, units, [1.0] * 4, "overlap", sizes, rule, count, **extra)
+        assert rows.tolist() == [True, True, False, True, False]
+        assert torch.allclose(update["layers.0.weight"][:2], torch.ones(2, width), atol=0.05), rule
+        assert float(update["layers.0.weight"][2].abs().sum()) == 0.0   # not a fused row: left to the targets
+        assert torch.allclose(update["layers.1.bias"][0], torch.tensor(1.0))
+        assert count.groups == 1 and count.candidates == 4
+        assert count.set_aside == (3 if rule == "krum" else 0)
+
+
+def _fedsub_summary(*sets: str) -> dict:
+    summary = run_scenario(load_scenario(SCENARIO, [*FEDSUB, *sets]), progress=False)
+    assert summary is not None
+    return summary
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_subnetwork_poisoning_takes_its_class_and_the_median_gives_it_back():
+    """Three of twelve FedSub devices flip the rows of class 0's own units: the honest devices'
+    recall of class 0 falls; FedSub's row fusion by the median gives it back (the defence's own
+    count shows it ran), at the F1 of a run without liars."""
+    attack = "adversaries=[{kind: subnetwork-poison, fraction: 0.25, target_class: 0}]"
+    clean = _fedsub_summary()["final"]["f1_macro_mean"]
+    attacked = _fedsub_summary(attack)["adversaries"]
+    defended_run = _fedsub_summary(attack, "algorithm.robust=median")
+    defended = defended_run["adversaries"]
+    assert attacked["honest_recall_class_0_mean"] < defended["honest_recall_class_0_mean"] - 0.3
+    assert defended["honest_f1_mean"] > clean - 0.05
+    assert defended_run["algorithm_stats"]["robust_row_groups"] > 0
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_a_prototype_copied_from_its_victim_puts_the_liar_in_every_victim_cluster():
+    """Device 0 sends device 6's prototypes as its own: device 6 then clusters with it for every
+    class, where it clustered with it for none while device 0's prototypes stayed (almost) its own."""
+    def victim_share(shift: float) -> float:
+        entry = f"{{kind: prototype-shift, devices: [0], toward: device, victim: 6, shift: {shift}}}"
+        return _fedsub_summary(f"adversaries=[{entry}]")["adversaries"]["victim_clusters_with_adversary_fraction"]
+    assert victim_share(0.001) <= 0.25
+    assert victim_share(1.0) == 1.0

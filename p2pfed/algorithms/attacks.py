@@ -2,43 +2,65 @@
 
 ``adversarial(cls, attack, seed)`` returns a subclass of the method's class whose device follows
 the method in everything except what the attack changes, so an adversary speaks the method's
-protocol (its messages pass every honest check) and the runtimes need no code for it:
+protocol (its messages pass every honest check) and the runtimes need no code for it. An
+adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts in turn:
 
 - ``label-flip`` (data poisoning): the device trains on flipped labels, every class ``y`` as
   ``C - 1 - y``, or only ``source_class`` as ``target_class``; set when the device is built.
-- ``sign-flip`` / ``scale`` (model poisoning): every float array it shares is multiplied by
-  ``-factor`` / ``factor`` (a whole model for the averaging methods; prototypes and rows for
-  FedSub).
-- ``noise``: Gaussian noise of ``noise_std`` added to every float array it shares.
+- ``sign-flip`` / ``scale`` (model poisoning): every model float array it shares is multiplied
+  by ``-factor`` / ``factor`` (a whole model for the averaging methods, the subnetwork rows for
+  FedSub; shared prototypes are left to ``prototype-shift``).
+- ``noise``: Gaussian noise of ``noise_std`` added to every model float array it shares.
+- ``prototype-shift`` (prototype poisoning, for methods that share class prototypes): each
+  shared prototype moves ``shift`` of the way toward the prototype of that class its ``victim``
+  sent (``toward: device``: with ``shift`` 1 a copy, so the victim clusters with it), toward the
+  mean of the prototypes all its peers sent (``toward: peers``), or toward its own prototype of
+  ``target_class`` (``toward: class``). Combined with a model attack, the prototype carries
+  poisoned rows into the victims' clusters.
+- ``subnetwork-poison`` (FedSub): only the rows of ``target_class``'s subnetwork (its units that
+  no other sent class uses; all its units if none) are multiplied by ``-factor``: one class is
+  poisoned, the others stay intact.
 - ``free-ride``: it never trains; it fuses what others send and shares what it holds.
 
-Model attacks and free-riding act from ``start_round``. Integer and boolean arrays (masks,
-indices, counts) are never changed: the messages stay well formed.
+Model attacks, prototype and subnetwork poisoning and free-riding act from ``start_round``.
+Integer and boolean arrays (masks, indices, counts) are never changed: the messages stay well
+formed.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from p2pfed.algorithms.base import Algorithm, Payload, TrainingWork
+from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 
-KINDS = ("label-flip", "sign-flip", "scale", "noise", "free-ride")
+KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride")
+MODEL_KINDS = ("sign-flip", "scale", "noise")
+PROTOTYPES = "prototypes"   # the tensor name of shared class prototypes (FedSub, prototype sharing)
 
 
 @dataclass(frozen=True)
 class Attack:
     """One adversary's attack (the scenario's ``adversaries`` entry that chose it)."""
 
-    kind: str
+    kinds: tuple[str, ...]
     start_round: int = 0
     factor: float = 1.0
     noise_std: float = 1.0
     source_class: int | None = None
     target_class: int | None = None
+    shift: float = 1.0
+    toward: str = "peers"
+    victim: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """The attack's label in results (kinds joined by ``+``)."""
+        return "+".join(self.kinds)
 
     def flipped(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
         """The training labels as a label-flipping device has them."""
@@ -49,8 +71,13 @@ class Attack:
 
 def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorithm]:
     """``cls`` with ``attack`` applied to what its devices train and share (see the module)."""
-    if attack.kind not in KINDS:
-        raise ValueError(f"unknown attack {attack.kind!r}; known: {', '.join(KINDS)}")
+    unknown = [k for k in attack.kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown attack {unknown[0]!r}; known: {', '.join(KINDS)}")
+    if "subnetwork-poison" in attack.kinds and "subnetworks" not in getattr(cls, "parts", ()):
+        raise ValueError(f"subnetwork-poison needs a method that shares class subnetworks (fedsub), "
+                         f"not {getattr(cls, 'name', cls.__name__)}")
+    kinds = attack.kinds
 
     class Adversary(cls):  # type: ignore[valid-type, misc]
         __doc__ = f"{cls.__name__} under attack: {attack.kind}"
@@ -64,31 +91,78 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             return round >= attack.start_round
 
         def train(self, round: int) -> TrainingWork:
-            if attack.kind == "free-ride" and self._acting(round):
+            if "free-ride" in kinds and self._acting(round):
                 return None
             work: TrainingWork = super().train(round)
             return work
 
         def share(self, round: int) -> Any:
             shared = super().share(round)
-            if shared is None or attack.kind not in ("sign-flip", "scale", "noise") or not self._acting(round):
+            if shared is None or not self._acting(round):
                 return shared
             if isinstance(shared, Payload):
                 return self._poisoned(shared)
             return [self._poisoned(p) for p in shared]
 
         def _poisoned(self, payload: Payload) -> Payload:
-            tensors = {}
-            for name, array in payload.tensors.items():
-                if not np.issubdtype(array.dtype, np.floating):
-                    tensors[name] = array
-                elif attack.kind == "noise":
-                    noise = self.attack_rng.normal(0.0, attack.noise_std, array.shape)
-                    tensors[name] = (array + noise).astype(array.dtype)
-                else:
-                    sign = -1.0 if attack.kind == "sign-flip" else 1.0
-                    tensors[name] = (array * (sign * attack.factor)).astype(array.dtype)
+            tensors = dict(payload.tensors)
+            for kind in kinds:
+                if kind == "prototype-shift":
+                    tensors = self._shifted(payload, tensors)
+                elif kind == "subnetwork-poison":
+                    tensors = self._class_poisoned(payload, tensors)
+                elif kind in MODEL_KINDS:
+                    tensors = {name: self._model_poisoned(kind, array) if name != PROTOTYPES else array
+                               for name, array in tensors.items()}
             return Payload(dict(payload.meta), tensors)
+
+        def _model_poisoned(self, kind: str, array: np.ndarray) -> np.ndarray:
+            if not np.issubdtype(array.dtype, np.floating):
+                return array
+            if kind == "noise":
+                return (array + self.attack_rng.normal(0.0, attack.noise_std, array.shape)).astype(array.dtype)
+            sign = -1.0 if kind == "sign-flip" else 1.0
+            return (array * (sign * attack.factor)).astype(array.dtype)
+
+        def _shifted(self, payload: Payload, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            """Prototypes moved toward the peers' (or another class's), class by class."""
+            if PROTOTYPES not in tensors:
+                return tensors
+            classes = list(payload.meta["classes"])
+            protos = tensors[PROTOTYPES].astype(np.float64)
+            if attack.toward == "class":
+                if attack.target_class not in classes:
+                    return tensors
+                goals = {c: protos[classes.index(attack.target_class)] for c in classes}
+            elif attack.toward == "device":
+                goals = peer_prototype_means(r for r in self.cache.values() if r.sender == attack.victim)
+            else:
+                goals = peer_prototype_means(self.cache.values())
+            moved = protos.copy()
+            for j, c in enumerate(classes):
+                if c in goals:
+                    moved[j] = protos[j] + attack.shift * (goals[c] - protos[j])
+            return {**tensors, PROTOTYPES: moved.astype(tensors[PROTOTYPES].dtype)}
+
+        def _class_poisoned(self, payload: Payload, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            """The target class's own rows multiplied by ``-factor`` (FedSub's subnetwork part)."""
+            classes = payload.meta.get("classes", [])
+            if "units" not in tensors or attack.target_class not in classes:
+                return tensors
+            sizes = [layer.out_features for layer in self.ctx.model.layers]
+            bits = np.unpackbits(tensors["units"], axis=1, count=sum(sizes)).astype(bool)
+            mine = bits[classes.index(attack.target_class)]
+            others = np.asarray(np.delete(bits, classes.index(attack.target_class), axis=0).any(axis=0))
+            poisoned = np.asarray(mine & ~others if (mine & ~others).any() else mine)
+            union = np.asarray(bits.any(axis=0))
+            out = dict(tensors)
+            for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes))):
+                rows = poisoned[a:b][union[a:b]]   # among the rows sent, in their order
+                for name in (f"layers.{i}.weight", f"layers.{i}.bias"):
+                    array = out[name].copy()
+                    array[rows] = array[rows] * -attack.factor
+                    out[name] = array
+            return out
 
         def state_dict(self) -> dict[str, Any]:
             return {**super().state_dict(), "attack_rng": json.dumps(self.attack_rng.bit_generator.state)}
@@ -99,3 +173,16 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
 
     Adversary.__name__ = Adversary.__qualname__ = f"Adversarial{cls.__name__}"
     return Adversary
+
+
+def peer_prototype_means(received: Iterable[Received]) -> dict[int, np.ndarray]:
+    """Per class, the mean of the prototypes the cached messages carry (one per cached message)."""
+    sums: dict[int, list[np.ndarray]] = {}
+    for item in received:
+        protos = item.payload.tensors.get(PROTOTYPES)
+        classes = item.payload.meta.get("classes")
+        if protos is None or not isinstance(classes, list):
+            continue
+        for c, p in zip(classes, protos):
+            sums.setdefault(int(c), []).append(np.asarray(p, dtype=np.float64))
+    return {c: np.mean(ps, axis=0) for c, ps in sums.items()}

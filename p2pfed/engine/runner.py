@@ -26,6 +26,7 @@ from p2pfed.engine.offload import make_offload
 from p2pfed.results.callbacks import Callback, Rows
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
+from p2pfed.results.attack_success import device_view
 from p2pfed.results.summary import adversaries_summary, build_summary
 from p2pfed.scenario.build import (adversary_map, build_algorithms, build_class_schedule, build_graph,
                                   load_scenario_dataset)
@@ -125,8 +126,8 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     if helper:
         extra["offload"] = offload.stats()
     if sc.adversaries:
-        extra["adversaries"] = adversaries_summary(recorder, {d: a.kind for d, a in adversary_map(
-            loaded, n, dataset.num_classes).items()})
+        extra["adversaries"] = adversaries_summary(recorder, adversary_map(loaded, n, dataset.num_classes),
+                                                   {a.ctx.device_id: device_view(a) for a in algorithms})
     summary = build_summary(dump(loaded), loaded.source, recorder, [a.stats() for a in algorithms],
                             devices=n, sim_time_s=sim_time, wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(algorithms[0].ctx.model, sc.engine.precision),

@@ -30,9 +30,9 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     rows = recorder.rows
     if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
         scenario_data = load_scenario_dataset(loaded)
-        attacks = {d: a.kind for d, a in adversary_map(loaded, len(scenario_data.devices),
-                                                         scenario_data.num_classes).items()}
-        extra["adversaries"] = adversaries_summary(recorder, attacks)
+        attacks = adversary_map(loaded, len(scenario_data.devices), scenario_data.num_classes)
+        views = {p["id"]: p["attack_view"] for p in peers if p.get("attack_view") is not None}
+        extra["adversaries"] = adversaries_summary(recorder, attacks, views)
     summary = build_summary(dump(loaded), loaded.source, recorder, [p["stats"] for p in peers],
                             devices=len(peers), sim_time_s=rows[-1]["sim_time_s"] if rows else 0.0,
                             wall_time_s=wall_time_s, full_model_bytes=full_model_bytes, **extra)

@@ -35,6 +35,7 @@ from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
+from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
@@ -344,7 +345,9 @@ class Peer:
                 "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
                 "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
-                "secure": self.secure, "full_model_bytes": self.full_model_bytes}
+                "secure": self.secure, "full_model_bytes": self.full_model_bytes,
+                # recall per class and cluster-mates, judged by the launcher when the scenario has liars
+                "attack_view": device_view(self.algo) if self.loaded.scenario.adversaries else None}
 
     def finish(self) -> dict[str, Any]:
         report = self.report()

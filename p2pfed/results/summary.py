@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from p2pfed.algorithms.attacks import Attack
 from p2pfed.plugins import loaded_code
+from p2pfed.results.attack_success import attack_success
 from p2pfed.results.provenance import code_version
 from p2pfed.results.recorder import GENERALIZATION_COLUMNS, PROTOCOLS, Recorder, protocol_columns, round_float
 
@@ -68,23 +71,25 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
     }
 
 
-def adversaries_summary(recorder: Recorder, attacks: dict[int, str]) -> dict[str, Any]:
-    """``summary.json`` ``adversaries``: who lied and how, and the final macro-F1 of the honest
+def adversaries_summary(recorder: Recorder, attacks: Mapping[int, Attack],
+                        views: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """``summary.json`` ``adversaries``: who lied and how, the final macro-F1 of the honest
     devices apart from the adversaries' (each protocol scored; means over devices), since an
-    attack is judged by what it does to the honest."""
+    attack is judged by what it does to the honest, and the attack's success from the devices'
+    end-of-run views (``attack_success``)."""
     def mean_f1(evaluations: list[Any], honest: bool) -> float | None:
         values = [e.f1_macro for d, e in zip(recorder.device_ids, evaluations)
                   if (d not in attacks) == honest and e.f1_macro == e.f1_macro]
         return round_float(sum(values) / len(values)) if values else None
 
-    out: dict[str, Any] = {"devices": {str(d): kind for d, kind in sorted(attacks.items())},
+    out: dict[str, Any] = {"devices": {str(d): a.kind for d, a in sorted(attacks.items())},
                            "honest_devices": sum(d not in attacks for d in recorder.device_ids)}
     for label, evaluations in [("", recorder.last_evaluations),
                                *[(f"_{p.replace('-', '_')}", recorder.last_evaluations_under(p)) for p in PROTOCOLS]]:
         if evaluations is not None:
             out[f"honest_f1{label}_mean"] = mean_f1(evaluations, True)
             out[f"adversary_f1{label}_mean"] = mean_f1(evaluations, False)
-    return out
+    return {**out, **attack_success(views, attacks)}
 
 
 def _evaluation(config: dict[str, Any], recorder: Recorder) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
         if "adversaries" not in shared:
             shared["adversaries"] = adversary_map(loaded, len(dataset.devices), dataset.num_classes)
         attack = shared["adversaries"].get(device_id)
-    if attack is not None and attack.kind == "label-flip":
+    if attack is not None and "label-flip" in attack.kinds:
         device = replace(device, y_train=attack.flipped(device.y_train, dataset.num_classes))
     model = build_device_model(loaded, dataset.num_features, dataset.num_classes)
     ctx = DeviceContext(device=device, num_classes=dataset.num_classes, model=model,
@@ -96,7 +96,10 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
         ctx.generalization_data = lambda: pool.others(device_id)
     cls = algorithm_class(sc.algorithm.name, [loaded.base_dir])
     if attack is not None:
-        cls = adversarial(cls, attack, int_seed(sc.seed, "attack", device_id))
+        try:
+            cls = adversarial(cls, attack, int_seed(sc.seed, "attack", device_id))
+        except ValueError as e:
+            raise ScenarioError([f"{loaded.source}: adversaries: {e}"]) from None
     return cls(ctx, algorithm_options(loaded))
 
 
@@ -107,7 +110,11 @@ def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) ->
     chosen: dict[int, Attack] = {}
     rng = stream(loaded.scenario.seed, "adversaries")
     for i, spec in enumerate(loaded.scenario.adversaries):
-        attack = Attack(spec.kind, spec.start_round, spec.factor, spec.noise_std, spec.source_class, spec.target_class)
+        attack = Attack(spec.kinds, spec.start_round, spec.factor, spec.noise_std, spec.source_class, spec.target_class,
+                        spec.shift, spec.toward, spec.victim)
+        if spec.victim is not None and spec.victim >= num_devices:
+            raise ScenarioError([f"{loaded.source}: adversaries.{i}.victim: {spec.victim} is not a device "
+                                 f"(the scenario has 0..{num_devices - 1})"])
         for key in ("source_class", "target_class"):
             if (value := getattr(spec, key)) is not None and value >= num_classes:
                 raise ScenarioError([f"{loaded.source}: adversaries.{i}.{key}: {value} is not a class "

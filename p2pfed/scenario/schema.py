@@ -313,27 +313,51 @@ class ChurnSection(Section):
         return self
 
 
+AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride"]
+
+
 class AdversarySection(Section):
     """Devices that lie (issue 32): which, how and from when. The attack wraps the device's method
-    (``p2pfed/algorithms/attacks.py``), the same in every runtime."""
+    (``p2pfed/algorithms/attacks.py``), the same in every runtime; a list of kinds combines them."""
 
-    kind: Literal["label-flip", "sign-flip", "scale", "noise", "free-ride"]
+    kind: AttackKind | list[AttackKind]
     devices: list[int] | None = Field(default=None, description="these device ids")
     fraction: float | None = Field(default=None, gt=0, lt=1, description="or this fraction, drawn from the seed")
     start_round: int = Field(default=0, ge=0, description="model attacks and free-riding from this round")
     factor: float = Field(default=1.0, gt=0, description="sign-flip: shares -factor x its model; scale: factor x")
     noise_std: float = Field(default=1.0, gt=0, description="noise: Gaussian added to every shared float")
     source_class: int | None = Field(default=None, ge=0, description="label-flip: only this class ...")
-    target_class: int | None = Field(default=None, ge=0, description="... relabelled as this one")
+    target_class: int | None = Field(default=None, ge=0, description="... relabelled as this one; "
+                                     "subnetwork-poison: the class poisoned; prototype-shift toward: class")
+    shift: float = Field(default=1.0, gt=0, description="prototype-shift: the share of the way moved")
+    toward: Literal["peers", "device", "class"] = Field(
+        default="peers", description="prototype-shift: the peers' mean prototype of each class, the victim's, "
+                                     "or target_class's")
+    victim: int | None = Field(default=None, ge=0, description="prototype-shift toward device: whose prototypes")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.kind) if isinstance(self.kind, list) else (self.kind,)
 
     @model_validator(mode="after")
     def _one_way_to_choose(self) -> AdversarySection:
+        kinds = self.kinds
+        if not kinds or len(set(kinds)) != len(kinds):
+            raise ValueError(f"adversaries: kind must name distinct attacks, got {self.kind}")
         if (self.devices is None) == (self.fraction is None):
             raise ValueError("adversaries: give devices (a list of ids) or fraction, not both or neither")
-        if (self.source_class is None) != (self.target_class is None):
+        if self.source_class is not None and "label-flip" not in kinds:
+            raise ValueError(f"adversaries: source_class is label-flip's, not {'+'.join(kinds)}'s")
+        if "label-flip" in kinds and (self.source_class is None) != (self.target_class is None):
             raise ValueError("adversaries: source_class and target_class go together (label-flip of one class)")
-        if self.source_class is not None and self.kind != "label-flip":
-            raise ValueError(f"adversaries: source_class/target_class are label-flip's, not {self.kind}'s")
+        needs_target = "subnetwork-poison" in kinds or ("prototype-shift" in kinds and self.toward == "class")
+        if needs_target and self.target_class is None:
+            raise ValueError("adversaries: target_class is required by subnetwork-poison and by "
+                             "prototype-shift toward class")
+        if ("prototype-shift" in kinds and self.toward == "device") != (self.victim is not None):
+            raise ValueError("adversaries: victim goes with prototype-shift toward device, and only with it")
+        if self.target_class is not None and not needs_target and "label-flip" not in kinds:
+            raise ValueError(f"adversaries: target_class means nothing to {'+'.join(kinds)}")
         return self
 
 

@@ -15,27 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Options, Payload, Received
+from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Payload, Received
 from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
 from p2pfed.learning.robust_fusion import combine
+from p2pfed.algorithms.robust import RobustOptions
 
 
-class GossipAvgOptions(Options):
-    robust: Literal["none", "median", "trimmed-mean", "krum", "clip"] = Field(
-        "none", description="how the models are combined: the sample-weighted mean (none), or a rule against "
-        "peers that lie (p2pfed/learning/robust_fusion.py)")
-    trim_fraction: float = Field(0.2, ge=0, lt=0.5, description="trimmed-mean: the share cut at each end")
-    byzantine: int = Field(1, ge=0, description="krum: the number of lying models tolerated (f)")
-    krum_select: int = Field(1, ge=1, description="krum: models averaged among the best scored (1: Krum)")
-    clip_norm: float = Field(1.0, gt=0, description="clip: the largest L2 norm of a peer's difference to the own model")
+class GossipAvgOptions(RobustOptions):
+    """Gossip averaging's options: how the models are combined (``RobustOptions``)."""
 
 
 @register

@@ -57,7 +57,9 @@ from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
 from p2pfed.algorithms.fedsub.collaborative import predict_missing
 from p2pfed.learning.batched_fusion import FusionJob
+from p2pfed.algorithms.fedsub.robust_rows import RobustCount, robust_class_rows
 from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
+from p2pfed.algorithms.robust import RobustOptions
 from p2pfed.learning.model import MLP
 from p2pfed.algorithms.fedsub.privacy import perturb
 from p2pfed.learning.prototypes import class_means, class_prototypes
@@ -65,7 +67,7 @@ from p2pfed.algorithms.fedsub.subnetworks import EXTRACTORS, UnitMasks, extract_
 from p2pfed.learning.training import per_class_accuracy
 
 
-class FedSubOptions(MLPOptions):
+class FedSubOptions(MLPOptions, RobustOptions):
     extraction: str = Field("naive", description="subnetwork extraction rule")
     fusion: Literal["overlap", "cluster-avg", "leadership"] = "overlap"
     score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
@@ -105,6 +107,14 @@ class FedSubOptions(MLPOptions):
             raise ValueError("float16: replaced by engine.precision: float16, which sends every method's "
                              "tensors (FedSub's prototypes too) at that precision, so bytes compare fairly")
         return data
+
+    @model_validator(mode="after")
+    def _robust_needs_mates(self) -> FedSubOptions:
+        """Leadership takes one mate's rows: there is nothing to combine robustly."""
+        if self.robust != "none" and self.fusion == "leadership":
+            raise ValueError(f"robust {self.robust!r} combines cluster-mates' rows: use fusion overlap or "
+                             "cluster-avg, not leadership")
+        return self
 
     @model_validator(mode="after")
     def _noise_parameters(self) -> FedSubOptions:
@@ -254,7 +264,8 @@ class _FusionView:
 
 
 STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
-                 "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes")
+                 "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes",
+                 "robust_groups", "robust_candidates", "robust_set_aside")
 
 
 @register
@@ -399,7 +410,18 @@ class FedSub(Algorithm):
             out["subnet_message_bytes_paper_style"] = n["paper_style_bytes"] / n["subnet_messages"]
         if self.options.predict_missing:
             out["predicted_classes_fused"] = self.last_predicted
+        if self.options.robust != "none":
+            out["robust_row_groups"] = n["robust_groups"]
+            peers = n["robust_candidates"] - n["robust_groups"]   # every group's first candidate is the own row
+            out["robust_peer_rows_set_aside_fraction"] = n["robust_set_aside"] / peers if peers else 0.0
         return out
+
+    def cluster_mates(self) -> dict[int, list[int]]:
+        """Per class, the peers this device shared a cluster with at its last clustering of that
+        class (read by ``summary.json`` ``adversaries`` to count clusters a liar got into)."""
+        me = self.ctx.device_id
+        return {c: sorted(m for m, lab in labels.items() if m != me and lab == labels[me])
+                for c, labels in sorted(self.last_clusters.items()) if me in labels}
 
     def state_dict(self) -> dict[str, Any]:
         """Besides the base state: this device's own artifacts of its last share (its side of the
@@ -438,7 +460,7 @@ class FedSub(Algorithm):
             array_from_state(p["classes"]), array_from_state(p["prototypes"]), array_from_state(p["counts"]),
             array_from_state(p["shared"]), None if p["visible"] is None else list(p["visible"]))
         self.requests = {int(k): list(v) for k, v in state["requests"].items()}
-        self.counters = {k: int(state["counters"][k]) for k in STAT_COUNTERS}
+        self.counters = {k: int(state["counters"].get(k, 0)) for k in STAT_COUNTERS}
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:
@@ -575,6 +597,7 @@ class FedSub(Algorithm):
         me, o = self.ctx.device_id, self.options
         view, held, classes, members_of = seen.view, seen.held, seen.classes, seen.members_of
         model = self.model
+        targets = {n: p.detach() for n, p in model.named_parameters()}
         clusters: list[ClassCluster] = []
         member_values: list[dict[str, torch.Tensor]] = []
         position: dict[int, int] = {}   # device id -> index into member_values
@@ -600,18 +623,38 @@ class FedSub(Algorithm):
             if not mates:
                 continue
             self.last_predicted += c not in held[me]
+            units = self._fusable(np.stack([view[m].unit_row[c] for m in mates]))
+            scores = [view[m].score_of[c] for m in mates]
+            if o.robust != "none":
+                update, rows = self._robust_rows(targets, [cast("dict[str, torch.Tensor]", view[m].values)
+                                                           for m in mates],
+                                                 mates.index(me) if me in mates else None, units, scores)
+                clusters.append(ClassCluster(members=[len(member_values)], units=rows[None], scores=[1.0]))
+                member_values.append(update)
+                continue
             for m in mates:
                 if m not in position:
                     position[m] = len(member_values)
                     values = view[m].values
                     assert values is not None   # a mate holds its subnetworks
                     member_values.append(values)
-            clusters.append(ClassCluster(members=[position[m] for m in mates],
-                                         units=self._fusable(np.stack([view[m].unit_row[c] for m in mates])),
-                                         scores=[view[m].score_of[c] for m in mates]))
+            clusters.append(ClassCluster(members=[position[m] for m in mates], units=units, scores=scores))
         self.requests = requests
-        targets = {n: p.detach() for n, p in model.named_parameters()}
         return row_fusion_job(targets, member_values, clusters, o.fusion, len(model.layers))
+
+    def _robust_rows(self, targets: dict[str, torch.Tensor], mates: list[dict[str, torch.Tensor]],
+                     own_position: int | None, units: np.ndarray, scores: list[float]
+                     ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        """One class's update combined by ``options.robust`` (``robust_rows``), counted."""
+        o, count = self.options, RobustCount()
+        update = robust_class_rows(targets, mates, own_position, units, scores, o.fusion,
+                                   [layer.out_features for layer in self.model.layers], o.robust, count,
+                                   trim_fraction=o.trim_fraction, byzantine=o.byzantine, select=o.krum_select,
+                                   clip_norm=o.clip_norm)
+        self.counters["robust_groups"] += count.groups
+        self.counters["robust_candidates"] += count.candidates
+        self.counters["robust_set_aside"] += count.set_aside
+        return update
 
     def _count_clustering(self, k: int, literal_k: int, cluster_size: int) -> None:
         n = self.counters

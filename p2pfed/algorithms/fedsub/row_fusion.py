@@ -33,7 +33,7 @@ class ClassCluster:
     scores: list[float]
 
 
-def _normalised(scores: Sequence[float]) -> np.ndarray:
+def normalised_scores(scores: Sequence[float]) -> np.ndarray:
     """Scores divided by the cluster maximum, as in the paper (all-zero → equal weights)."""
     s = np.asarray(scores, dtype=np.float64)
     if s.size == 0:
@@ -51,7 +51,7 @@ def row_weights(rule: str, units: np.ndarray, scores: Sequence[float]) -> tuple[
     ``overlap`` (Eq. 9): score-weighted mean where every member holds the row; ``cluster-avg``
     (Eq. 6): score-weighted mean over the members that hold it; ``leadership`` (Eq. 8): the
     highest score's rows (first on ties)."""
-    w = _normalised(scores)
+    w = normalised_scores(scores)
     if rule == "overlap":
         held = cast(np.ndarray, units.all(axis=0))
         return np.outer(w / w.sum(), held), held

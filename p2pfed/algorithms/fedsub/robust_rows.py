@@ -1,0 +1,118 @@
+"""FedSub's row fusion against cluster-mates that lie: ``algorithm.robust`` per class cluster.
+
+A lying peer can land in a device's cluster for a class (its prototype near the device's, or
+copied from it) and then send poisoned rows for that class. With ``robust`` set, each class's
+fused rows are not the mates' weighted mean: for every row the fusion rule fuses (Eq. 9's rows
+all mates hold, or Eq. 6's rows some mate holds), the candidates are the device's own current
+row and the rows of the other mates that hold it, combined by ``learning/robust_fusion.combine``
+(median, trimmed mean, (multi-)Krum or norm clipping against the own row), over all the rows
+with the same holders at once (one vector per candidate). The result is the class's update,
+which then joins the other classes' as in Eq. 7/10. The device trusts itself: its own row is
+always a candidate, so a row held by no honest mate cannot be taken over by a majority of liars
+unless they outnumber the device and its honest mates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from p2pfed.algorithms.fedsub.row_fusion import normalised_scores, row_weights
+from p2pfed.learning.robust_fusion import combine, krum_choice
+
+Params = Mapping[str, torch.Tensor]
+
+
+@dataclass
+class RobustCount:
+    """What the robust combinations of one fusion did: row groups combined, candidates offered,
+    and candidates left out (Krum: not selected; clip: shortened)."""
+
+    groups: int = 0
+    candidates: int = 0
+    set_aside: int = 0
+
+
+def robust_class_rows(own: Params, mates: Sequence[Params], own_position: int | None, units: np.ndarray,
+                      scores: Sequence[float], fusion: str, layer_sizes: Sequence[int], rule: str,
+                      count: RobustCount, *, trim_fraction: float = 0.2, byzantine: int = 1, select: int = 1,
+                      clip_norm: float = 1.0) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """One class cluster's update under ``rule``: dense parameters (zero outside the fused rows)
+    and the fused rows (a bool per unit, every layer end to end). ``mates[own_position]`` is this
+    device (None: it is not a mate for this class); ``units``: each mate's class mask; the
+    keywords are ``combine``'s."""
+    _, fused = row_weights(fusion, units, scores)
+    weights = normalised_scores(scores)
+    others = [j for j in range(len(mates)) if j != own_position]
+    own_weight = float(weights[own_position]) if own_position is not None else 1.0
+    update = {name: torch.zeros_like(value) for name, value in own.items()}
+    rows = np.flatnonzero(fused)
+    if rows.size == 0:
+        return update, fused
+    holders = units[others][:, rows] if others else np.zeros((0, rows.size), dtype=bool)
+    patterns, group_of = np.unique(holders.T, axis=0, return_inverse=True)
+    slices = _layer_slices(layer_sizes)
+    for g, pattern in enumerate(patterns):
+        group_rows = rows[group_of.reshape(-1) == g]
+        held_by = [others[j] for j in np.flatnonzero(pattern)]
+        candidates = [own, *(mates[j] for j in held_by)]
+        matrix = np.stack([_gather(c, group_rows, slices) for c in candidates])
+        w = np.array([own_weight, *(float(weights[j]) for j in held_by)])
+        combined = matrix[0] if len(candidates) == 1 else combine(
+            matrix, w, rule, trim_fraction=trim_fraction, byzantine=byzantine, select=select, clip_norm=clip_norm)
+        count.groups += 1
+        count.candidates += len(candidates)
+        count.set_aside += _set_aside(rule, matrix, byzantine, select, clip_norm)
+        _scatter(update, combined, group_rows, slices)
+    return update, fused
+
+
+def _set_aside(rule: str, matrix: np.ndarray, byzantine: int, select: int, clip_norm: float) -> int:
+    """Peer candidates the rule left out (Krum: not selected) or shortened (clip); 0 otherwise."""
+    n = len(matrix)
+    if n < 2:
+        return 0
+    if rule == "krum":
+        return n - len(krum_choice(matrix, byzantine, select))
+    if rule == "clip":
+        return int(np.count_nonzero(np.linalg.norm(matrix[1:] - matrix[0], axis=1) > clip_norm))
+    return 0
+
+
+def _layer_slices(layer_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(layer, first row, end row) of every layer in the end-to-end row numbering."""
+    starts = np.cumsum([0, *layer_sizes[:-1]])
+    return [(i, int(a), int(a) + n) for i, (a, n) in enumerate(zip(starts, layer_sizes))]
+
+
+def _gather(values: Params, rows: np.ndarray, slices: list[tuple[int, int, int]]) -> np.ndarray:
+    """The given rows' weights and biases, layer by layer, as one vector."""
+    parts = []
+    for i, a, b in slices:
+        local = rows[(rows >= a) & (rows < b)] - a
+        if local.size:
+            idx = torch.as_tensor(local)
+            parts.append(values[f"layers.{i}.weight"].detach()[idx].reshape(-1).numpy())
+            parts.append(values[f"layers.{i}.bias"].detach()[idx].numpy())
+    return np.concatenate(parts).astype(np.float64)
+
+
+def _scatter(update: dict[str, torch.Tensor], vector: np.ndarray, rows: np.ndarray,
+             slices: list[tuple[int, int, int]]) -> None:
+    """Inverse of ``_gather``: write the vector back into the given rows of ``update``."""
+    at = 0
+    for i, a, b in slices:
+        local = rows[(rows >= a) & (rows < b)] - a
+        if not local.size:
+            continue
+        weight, bias = update[f"layers.{i}.weight"], update[f"layers.{i}.bias"]
+        idx = torch.as_tensor(local)
+        width = weight.shape[1]
+        weight[idx] = torch.as_tensor(vector[at:at + local.size * width].reshape(local.size, width),
+                                      dtype=weight.dtype)
+        at += local.size * width
+        bias[idx] = torch.as_tensor(vector[at:at + local.size], dtype=bias.dtype)
+        at += local.size
