@@ -240,3 +240,40 @@ def test_a_prototype_copied_from_its_victim_puts_the_liar_in_every_victim_cluste
         return _fedsub_summary(f"adversaries=[{entry}]")["adversaries"]["victim_clusters_with_adversary_fraction"]
     assert victim_share(0.001) <= 0.25
     assert victim_share(1.0) == 1.0
+
+
+def test_gossip_robust_fusion_reports_what_it_set_aside():
+    """The defence is seen acting in summary.json: Krum (one model chosen of the own and the
+    peers') sets most peer models aside every fusion; the weighted mean reports nothing."""
+    sets = [*GOSSIP, "rounds=3", "adversaries=[{kind: sign-flip, fraction: 0.25, factor: 3}]"]
+    krum = run_scenario(load_scenario(SCENARIO, [*sets, "algorithm.robust=krum"]), progress=False)
+    plain = run_scenario(load_scenario(SCENARIO, sets), progress=False)
+    assert krum is not None and plain is not None
+    stats = krum["algorithm_stats"]
+    assert stats["robust_fusions"] == 2   # rounds 1 and 2: nothing has arrived before round 0
+    assert stats["robust_peer_models_set_aside_fraction"] > 0.9
+    assert "robust_fusions" not in plain["algorithm_stats"]
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_noise_one_class_flipping_and_free_riding_each_do_what_they_claim():
+    """Gossip averaging, 10 rounds: three devices adding noise (σ 2) lower the honest F1, and
+    clipping at norm 1 gives it back; three devices relabelling class 0 as 1 take the honest
+    recall of class 0 well below what one such device does; three free-riders, never training,
+    end far above chance (they get the federation's model for nothing: 0.39 against the honest
+    devices' 0.55 on seed 3, a constant predictor scoring 0.1)."""
+    clean = _honest_f1("none", "[]")
+    noise = "[{kind: noise, fraction: 0.25, noise_std: 2}]"
+    assert _honest_f1("none", noise) < clean - 0.05
+    assert _honest_f1("clip", noise, "algorithm.clip_norm=1") > clean - 0.05
+
+    def recall_of_0(fraction: float) -> float:
+        entry = f"{{kind: label-flip, fraction: {fraction}, source_class: 0, target_class: 1}}"
+        summary = run_scenario(load_scenario(SCENARIO, [*GOSSIP, f"adversaries=[{entry}]"]), progress=False)
+        assert summary is not None
+        return summary["adversaries"]["honest_recall_class_0_mean"]
+    assert recall_of_0(0.25) < recall_of_0(0.01) - 0.15   # three liars against one
+    free = run_scenario(load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: free-ride, fraction: 0.25}]"]),
+                        progress=False)
+    assert free is not None
+    assert free["adversaries"]["adversary_f1_mean"] > 0.25

@@ -50,3 +50,17 @@ def krum_choice(rows: np.ndarray, byzantine: int, select: int) -> np.ndarray:
     np.fill_diagonal(squared, np.inf)
     scores = np.sort(squared, axis=1)[:, :min(neighbours, n - 1)].sum(axis=1) if n > 1 else np.zeros(1)
     return np.argsort(scores, kind="stable")[:min(select, n)]
+
+
+def set_aside(rows: np.ndarray, rule: str, *, byzantine: int = 1, select: int = 1, clip_norm: float = 1.0) -> int:
+    """How many of the peer rows (all rows but the first, the own) ``rule`` left out (Krum: not
+    selected) or shortened (clip); 0 for the coordinate-wise rules, which drop no whole model.
+    What a run reports to show a defence acting."""
+    n = len(rows)
+    if n < 2:
+        return 0
+    if rule == "krum":
+        return n - len(krum_choice(rows, byzantine, select))
+    if rule == "clip":
+        return int(np.count_nonzero(np.linalg.norm(rows[1:] - rows[0], axis=1) > clip_norm))
+    return 0

@@ -138,6 +138,6 @@ class FedClar(GossipAvg):
         """Whether the device formed its cluster, its members (itself included) and how many
         neighbours' updates it clustered."""
         if self.cluster is None:
-            return {"clustered": 0}
-        return {"clustered": 1, "cluster_members": len(self.cluster) + 1,
+            return {**super().stats(), "clustered": 0}
+        return {**super().stats(), "clustered": 1, "cluster_members": len(self.cluster) + 1,
                 "cluster_candidates": self.candidates + 1}

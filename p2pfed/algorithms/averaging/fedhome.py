@@ -119,7 +119,7 @@ class FedHome(GossipAvg):
         """Fine-tune rounds run; once it started, the balanced set (samples, of which SMOTE's,
         and classes) and how far the head and the body moved since (L2): the reference trains
         the head only, so its body moves 0."""
-        out: dict[str, Any] = {"fine_tuned_rounds": self.fine_tuned}
+        out: dict[str, Any] = {**super().stats(), "fine_tuned_rounds": self.fine_tuned}
         if self.balanced is None or self.at_start is None:
             return out
         labels = self.balanced[1]

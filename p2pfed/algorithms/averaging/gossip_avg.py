@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Payload, 
 from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
-from p2pfed.learning.robust_fusion import combine
+from p2pfed.learning.robust_fusion import combine, set_aside
 from p2pfed.algorithms.robust import RobustOptions
 
 
@@ -53,6 +53,27 @@ class GossipAvg(Algorithm):
         return False
 
     # -- Algorithm -------------------------------------------------------------------------
+    @cached_property
+    def robust_counts(self) -> dict[str, int]:
+        """What ``algorithm.robust`` did: fusions, peer models offered, peer models set aside."""
+        return dict.fromkeys(("fusions", "peer_models", "set_aside"), 0)
+
+    def stats(self) -> dict[str, Any]:
+        """With ``robust``: the robust fusions and the share of peer models Krum did not select or
+        clipping shortened (the defence seen acting)."""
+        n = self.robust_counts
+        if self.options.robust == "none":
+            return {}
+        return {"robust_fusions": n["fusions"],
+                "robust_peer_models_set_aside_fraction": n["set_aside"] / n["peer_models"] if n["peer_models"] else 0.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "robust_counts": dict(self.robust_counts)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.robust_counts.update({k: int(v) for k, v in state.get("robust_counts", {}).items()})
+
     def share(self, round: int) -> Payload | None:
         if self.local_phase(round):
             return None
@@ -74,15 +95,20 @@ class GossipAvg(Algorithm):
             return None
         peers = [(r.parsed, float(sample_count(r.payload))) for r in self.mates(round, fresh)]
         if self.options.robust != "none" and peers:
-            robust_into(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes, self.options)
+            left_out = robust_into(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes,
+                                   self.options)
+            self.robust_counts["fusions"] += 1
+            self.robust_counts["peer_models"] += len(peers)
+            self.robust_counts["set_aside"] += left_out
             return None
         return averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes)
 
 
 def robust_into(model: torch.nn.Module, own_weight: float, peers: list[tuple[dict[str, np.ndarray], float]],
-                names: Iterable[str], options: GossipAvgOptions) -> None:
+                names: Iterable[str], options: GossipAvgOptions) -> int:
     """The named parameters replaced by ``options.robust``'s combination of the own model and the
-    peers' (``learning/robust_fusion.py``), all the shared parameters as one vector per model."""
+    peers' (``learning/robust_fusion.py``), all the shared parameters as one vector per model;
+    returns how many peer models the rule set aside (``set_aside``)."""
     params = dict(model.named_parameters())
     names = list(names)
     own = np.concatenate([params[n].detach().cpu().numpy().ravel() for n in names]).astype(np.float64)
@@ -98,3 +124,5 @@ def robust_into(model: torch.nn.Module, own_weight: float, peers: list[tuple[dic
             values = combined[offset:offset + size].reshape(params[n].shape).astype(np.float32)
             params[n].copy_(torch.from_numpy(values))
             offset += size
+    return set_aside(rows, options.robust, byzantine=options.byzantine, select=options.krum_select,
+                     clip_norm=options.clip_norm)

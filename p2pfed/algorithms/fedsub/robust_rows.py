@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from p2pfed.algorithms.fedsub.row_fusion import normalised_scores, row_weights
-from p2pfed.learning.robust_fusion import combine, krum_choice
+from p2pfed.learning.robust_fusion import combine, set_aside
 
 Params = Mapping[str, torch.Tensor]
 
@@ -65,21 +65,9 @@ def robust_class_rows(own: Params, mates: Sequence[Params], own_position: int | 
             matrix, w, rule, trim_fraction=trim_fraction, byzantine=byzantine, select=select, clip_norm=clip_norm)
         count.groups += 1
         count.candidates += len(candidates)
-        count.set_aside += _set_aside(rule, matrix, byzantine, select, clip_norm)
+        count.set_aside += set_aside(matrix, rule, byzantine=byzantine, select=select, clip_norm=clip_norm)
         _scatter(update, combined, group_rows, slices)
     return update, fused
-
-
-def _set_aside(rule: str, matrix: np.ndarray, byzantine: int, select: int, clip_norm: float) -> int:
-    """Peer candidates the rule left out (Krum: not selected) or shortened (clip); 0 otherwise."""
-    n = len(matrix)
-    if n < 2:
-        return 0
-    if rule == "krum":
-        return n - len(krum_choice(matrix, byzantine, select))
-    if rule == "clip":
-        return int(np.count_nonzero(np.linalg.norm(matrix[1:] - matrix[0], axis=1) > clip_norm))
-    return 0
 
 
 def _layer_slices(layer_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
