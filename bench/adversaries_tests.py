@@ -15,7 +15,8 @@ comparisons (Benjamini–Hochberg, stated in the table):
 
     python bench/adversaries_tests.py bench/results/adversaries
 
-writes ``tests.csv`` and ``table.md`` into the sweep folder and prints the table.
+writes ``tests.csv`` and ``table.md`` (a table per method; each method's tests adjusted apart)
+into the sweep folder and prints them.
 """
 
 from __future__ import annotations
@@ -45,15 +46,15 @@ def attack_label(adversaries: list[dict[str, Any]]) -> str:
     return f"{kind} {round(100 * entry['fraction'])} %"
 
 
-def read_cells(folder: Path) -> dict[tuple[str, str], dict[int, float]]:
-    """(defence, attack) -> seed -> honest F1."""
-    out: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+def read_cells(folder: Path) -> dict[str, dict[tuple[str, str], dict[int, float]]]:
+    """method -> (defence, attack) -> seed -> honest F1."""
+    out: dict[str, dict[tuple[str, str], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for path in sorted((folder / "cells").glob("*/summary.json")):
         s = json.loads(path.read_text())
         config = s["config"]
         f1 = s["adversaries"]["honest_f1_mean"] if "adversaries" in s else s["final"]["f1_macro_mean"]
         key = (config["algorithm"].get("robust", "none"), attack_label(config.get("adversaries", [])))
-        out[key][int(config["seed"])] = float(f1)
+        out[config["algorithm"]["name"]][key][int(config["seed"])] = float(f1)
     return out
 
 
@@ -66,7 +67,8 @@ def non_inferiority(defended: list[float], clean: list[float]) -> float:
     return float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
 
 
-def tests(cells: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]]:
+def tests(cells: dict[tuple[str, str], dict[int, float]], method: str) -> list[dict[str, Any]]:
+    """One method's holds and helps tests (each family adjusted over its comparisons)."""
     clean = cells[("none", "none")]
     defences = sorted({d for d, _ in cells}, key=lambda d: (d != "none", d))
     attacks = sorted({a for _, a in cells},
@@ -78,14 +80,14 @@ def tests(cells: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]
             seeds = sorted(set(runs) & set(clean))
             if (defence, attack) == ("none", "none") or len(seeds) < 2:
                 continue
-            row = {"attack": attack, "defence": defence, "seeds": len(seeds),
+            row = {"method": method, "attack": attack, "defence": defence, "seeds": len(seeds),
                    **paired_test([runs[s] for s in seeds], [clean[s] for s in seeds])}
             row["p_value"] = non_inferiority([runs[s] for s in seeds], [clean[s] for s in seeds])
             holds.append(row)
             if defence != "none" and attack != "none":
                 plain = cells.get(("none", attack), {})
                 both = sorted(set(runs) & set(plain))
-                helps.append({"attack": attack, "defence": defence, "seeds": len(both),
+                helps.append({"method": method, "attack": attack, "defence": defence, "seeds": len(both),
                               **paired_test([runs[s] for s in both], [plain[s] for s in both])})
     for row in adjust(holds):
         row["test"] = f"holds: defended - clean > -{MARGIN} (one-sided)"
@@ -95,10 +97,12 @@ def tests(cells: dict[tuple[str, str], dict[int, float]]) -> list[dict[str, Any]
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    """One method's markdown table: a line per attack, a column per defence."""
     holds = [r for r in rows if r["test"].startswith("holds")]
     helps = {(r["attack"], r["defence"]): r for r in rows if r["test"].startswith("helps")}
     defences = sorted(dict.fromkeys(r["defence"] for r in holds), key=lambda d: (d != "none", d))
-    lines = ["| attack | " + " | ".join(defences) + " |", "|---|" + "---|" * len(defences)]
+    lines = [f"### {rows[0]['method']}", "", "| attack | " + " | ".join(defences) + " |",
+             "|---|" + "---|" * len(defences)]
     by = {(r["attack"], r["defence"]): r for r in holds}
     for attack in dict.fromkeys(r["attack"] for r in holds):
         cells = []
@@ -127,14 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="the adversaries sweep's results folder")
     args = parser.parse_args(argv)
-    rows = tests(read_cells(args.sweep))
+    per_method = {m: tests(cells, m) for m, cells in sorted(read_cells(args.sweep).items())}
+    rows = [r for method_rows in per_method.values() for r in method_rows]
     with open(args.sweep / "tests.csv", "w", newline="") as f:
-        fields = ["test", "attack", "defence", "seeds", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low",
+        fields = ["test", "method", "attack", "defence", "seeds", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low",
                   "f1_diff_ci_high", "p_value", "p_adjusted", "adjustment", "comparisons"]
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    text = table(rows)
+    text = "\n".join(table(method_rows) for method_rows in per_method.values())
     (args.sweep / "table.md").write_text(text)
     print(text)
     return 0 if not any(math.isnan(float(r["f1_a"])) for r in rows) else 1
