@@ -277,3 +277,30 @@ def test_noise_one_class_flipping_and_free_riding_each_do_what_they_claim():
                         progress=False)
     assert free is not None
     assert free["adversaries"]["adversary_f1_mean"] > 0.25
+
+
+def test_masked_robust_combination_uses_only_the_holders_of_each_element():
+    """Pruned sub-models: each element is combined over the models holding it; a liar holding an
+    element with one honest peer and the own model is outvoted by the median there, and an
+    element only the own model holds keeps its value."""
+    from p2pfed.learning.robust_fusion import masked_combine
+    values = np.array([[1.0, 2.0, 3.0], [1.1, 2.1, 0.0], [-90.0, 0.0, 0.0], [0.9, 0.0, 0.0]])
+    holds = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 0, 0]], dtype=bool)
+    out, left_out, offered = masked_combine(values, holds, np.ones(4), "median")
+    assert np.allclose(out, [np.median([1.0, 1.1, -90.0, 0.9]), np.median([2.0, 2.1]), 3.0])
+    assert (left_out, offered) == (0, 3 + 1)
+    out, left_out, offered = masked_combine(values, holds, np.ones(4), "krum", byzantine=1, select=1)
+    assert abs(out[0] - 1.0) <= 0.1 and left_out == 3 + 1
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_safl_sign_flipping_peers_and_its_median_stage_two():
+    """SAFL, 12 rounds: three devices sending their sub-model times -3 collapse every device; the
+    median in stage two's aggregation keeps the honest devices far above it, and says it ran."""
+    attack = "adversaries=[{kind: sign-flip, fraction: 0.25, factor: 3}]"
+    base = ["algorithm.name=safl", "rounds=12", attack]
+    attacked = run_scenario(load_scenario(SCENARIO, base), progress=False)
+    defended = run_scenario(load_scenario(SCENARIO, [*base, "algorithm.robust=median"]), progress=False)
+    assert attacked is not None and defended is not None
+    assert defended["adversaries"]["honest_f1_mean"] > attacked["adversaries"]["honest_f1_mean"] + 0.3
+    assert defended["algorithm_stats"]["robust_fusions"] > 0

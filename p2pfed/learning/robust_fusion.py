@@ -64,3 +64,32 @@ def set_aside(rows: np.ndarray, rule: str, *, byzantine: int = 1, select: int = 
     if rule == "clip":
         return int(np.count_nonzero(np.linalg.norm(rows[1:] - rows[0], axis=1) > clip_norm))
     return 0
+
+
+def masked_combine(values: np.ndarray, holds: np.ndarray, weights: np.ndarray, rule: str, *,
+                   trim_fraction: float = 0.2, byzantine: int = 1, select: int = 1,
+                   clip_norm: float = 1.0) -> tuple[np.ndarray, int, int]:
+    """``combine`` where each model holds only some elements (pruned sub-models): ``values`` and
+    ``holds`` are (models × elements), the first model the own. Elements with the same holders
+    are combined together, over those holders only (the own model always among them where it
+    holds the element; an element only one model holds keeps its value). Returns the combined
+    elements (0 where nobody holds one), how many peer candidates ``set_aside`` counted, and how
+    many peer candidates there were (each group counts its holders but the first)."""
+    out = np.zeros(values.shape[1], dtype=np.float64)
+    patterns, group = np.unique(holds.T, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    left_out = offered = 0
+    for g, pattern in enumerate(patterns):
+        who = np.flatnonzero(pattern)
+        if who.size == 0:
+            continue
+        cols = np.flatnonzero(group == g)
+        rows = values[np.ix_(who, cols)].astype(np.float64)
+        if who.size == 1:
+            out[cols] = rows[0]
+            continue
+        out[cols] = combine(rows, weights[who], rule, trim_fraction=trim_fraction, byzantine=byzantine,
+                            select=select, clip_norm=clip_norm)
+        left_out += set_aside(rows, rule, byzantine=byzantine, select=select, clip_norm=clip_norm)
+        offered += who.size - 1
+    return out, left_out, offered

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from p2pfed.learning.model import MLP
+from p2pfed.learning.robust_fusion import masked_combine
 from p2pfed.algorithms.safl.slimming import KeepMasks, element_masks, slim_masks
 
 
@@ -50,6 +51,38 @@ def masked_mean(values: Sequence[dict[str, torch.Tensor]], holds: Sequence[dict[
     return mean, weight
 
 
+@dataclass
+class RobustRule:
+    """``algorithm.robust`` and its parameters for stage two, and the peer candidates it set aside."""
+
+    rule: str
+    trim_fraction: float = 0.2
+    byzantine: int = 1
+    select: int = 1
+    clip_norm: float = 1.0
+    set_aside: int = 0      # peer candidates (per group of elements with the same holders) set aside
+    offered: int = 0        # peer candidates there were
+
+    def combine(self, values: Sequence[dict[str, torch.Tensor]], holds: Sequence[dict[str, torch.Tensor]],
+                weights: Sequence[float], names: Sequence[str]
+                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """``masked_mean``'s result with the rule's combination instead of the mean."""
+        out, weight = {}, {}
+        w = np.asarray(weights, dtype=np.float64)
+        for name in names:
+            shape = values[0][name].shape
+            stacked = np.stack([v[name].detach().numpy().reshape(-1) for v in values])
+            held = np.stack([h[name].numpy().reshape(-1) for h in holds])
+            combined, left_out, offered = masked_combine(stacked, held, w, self.rule, trim_fraction=self.trim_fraction,
+                                                byzantine=self.byzantine, select=self.select,
+                                                clip_norm=self.clip_norm)
+            self.set_aside += left_out
+            self.offered += offered
+            out[name] = torch.from_numpy(combined.reshape(shape)).float()
+            weight[name] = torch.from_numpy((held * w[:, None]).sum(axis=0).reshape(shape))
+        return out, weight
+
+
 def overlap_counts(members: Sequence[SubModel]) -> list[np.ndarray]:
     """Per hidden layer, how many members keep each unit (Fig. 3, step 1)."""
     return [np.sum([m.masks[i] for m in members], axis=0) for i in range(len(members[0].masks))]
@@ -75,10 +108,12 @@ def fuse_cluster(model: MLP, members: Sequence[SubModel], rate: float) -> SubMod
 
 @torch.no_grad()
 def preserve_personal(model: MLP, own_masks: KeepMasks, own_weight: float,
-                      peers: Sequence[tuple[SubModel, float]], names: Sequence[str]) -> float:
+                      peers: Sequence[tuple[SubModel, float]], names: Sequence[str],
+                      robust: RobustRule | None = None) -> float:
     """Hermes-style aggregation into ``model`` over ``names``: every element the device's
-    sub-model holds becomes the weighted mean over the device and the peers that hold it; the
-    rest stays. Returns the fraction of the device's held elements that some peer also held."""
+    sub-model holds becomes the weighted mean over the device and the peers that hold it (or,
+    with ``robust``, their robust combination: ``robust_fusion.masked_combine``); the rest
+    stays. Returns the fraction of the device's held elements that some peer also held."""
     if not peers:
         return 0.0
     own_holds = element_masks(model, own_masks)
@@ -86,7 +121,9 @@ def preserve_personal(model: MLP, own_masks: KeepMasks, own_weight: float,
     holds = [own_holds] + [{n: h & own_holds[n] for n, h in element_masks(model, s.masks).items()}
                            for s, _ in peers]
     values = [own_values] + [s.values for s, _ in peers]
-    mean, weight = masked_mean(values, holds, [own_weight] + [w for _, w in peers], names)
+    weights = [own_weight] + [w for _, w in peers]
+    mean, weight = (robust.combine(values, holds, weights, names) if robust is not None
+                    else masked_mean(values, holds, weights, names))
     shared = held = 0
     params = dict(model.named_parameters())
     for n in names:

@@ -47,14 +47,15 @@ from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.model_payload import sample_count
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
-from p2pfed.algorithms.safl.heterogeneous import SubModel, fuse_cluster, preserve_personal
+from p2pfed.algorithms.robust import RobustOptions
+from p2pfed.algorithms.safl.heterogeneous import RobustRule, SubModel, fuse_cluster, preserve_personal
 from p2pfed.learning.model import build_model
 from p2pfed.algorithms.safl.slimming import (full_masks, gate_values, guided_sparsity_loss, kept_parameter_fraction,
                                       pruned_fraction, pruned_units_frozen, slim_masks, zero_pruned_gates)
 from p2pfed.learning.training import train_epochs
 
 
-class SaflOptions(MLPOptions):
+class SaflOptions(MLPOptions, RobustOptions):
     clusters: int = Field(2, ge=1, le=64, description="K, the number of cluster identities")
     target_rate: float = Field(0.3, ge=0, lt=1, description="pruning rate at the end of stage one")
     rate_step: float = Field(0.1, gt=0, le=1, description="increase of r_t per step")
@@ -102,6 +103,7 @@ class Safl(Algorithm):
         self.switches = 0             # times the device changed cluster after its first choice
         self.last_candidates = 0      # cluster models it chose among, last time
         self.overlap_shared = 0.0     # stage two: share of its parameters some neighbour also held
+        self.robust_counts = [0, 0, 0]  # robust stage-two fusions, peer candidates offered, set aside
         self.last_round = -1          # the last round the device trained in
         self._initial: dict[int, SubModel] | None = None
 
@@ -218,7 +220,14 @@ class Safl(Algorithm):
         model = self.model
         names = [n for n, _ in model.named_parameters() if not n.startswith("gates.")]
         peers = [(r.parsed, float(sample_count(r.payload))) for r in fresh]
-        self.overlap_shared = preserve_personal(model, self.masks, float(self.ctx.num_samples), peers, names)
+        o = self.options
+        robust = None if o.robust == "none" else RobustRule(o.robust, o.trim_fraction, o.byzantine, o.krum_select,
+                                                            o.clip_norm)
+        self.overlap_shared = preserve_personal(model, self.masks, float(self.ctx.num_samples), peers, names, robust)
+        if robust is not None and peers:
+            self.robust_counts[0] += 1
+            self.robust_counts[1] += robust.offered
+            self.robust_counts[2] += robust.set_aside
         return None
 
     def stats(self) -> dict[str, Any]:
@@ -234,14 +243,23 @@ class Safl(Algorithm):
                 "cluster_switches": self.switches,
                 "cluster_candidates": self.last_candidates,
                 "stage_two": float(self.last_round >= self.stage_one_rounds),
-                "overlap_shared": self.overlap_shared}
+                "overlap_shared": self.overlap_shared, **self._robust_stats()}
+
+    def _robust_stats(self) -> dict[str, Any]:
+        """With ``robust``: stage-two fusions combined robustly, and the share of peer candidates
+        (per group of elements with the same holders) that Krum did not select or clipping shortened."""
+        if self.options.robust == "none":
+            return {}
+        fusions, offered, left_out = self.robust_counts
+        return {"robust_fusions": fusions,
+                "robust_peer_rows_set_aside_fraction": left_out / offered if offered else 0.0}
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "masks": [array_state(m) for m in self.masks],
                 "cluster": -1 if self.cluster is None else self.cluster, "switches": self.switches,
                 "last_candidates": self.last_candidates, "overlap_shared": self.overlap_shared,
-                "last_round": self.last_round}
+                "last_round": self.last_round, "robust_counts": list(self.robust_counts)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -250,4 +268,5 @@ class Safl(Algorithm):
         self.switches = int(state["switches"])
         self.last_candidates = int(state["last_candidates"])
         self.overlap_shared = float(state["overlap_shared"])
+        self.robust_counts = [int(v) for v in state.get("robust_counts", [0, 0, 0])]
         self.last_round = int(state["last_round"])
