@@ -304,3 +304,23 @@ def test_safl_sign_flipping_peers_and_its_median_stage_two():
     assert attacked is not None and defended is not None
     assert defended["adversaries"]["honest_f1_mean"] > attacked["adversaries"]["honest_f1_mean"] + 0.3
     assert defended["algorithm_stats"]["robust_fusions"] > 0
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_a_sybil_speaking_for_eight_devices_outvotes_the_median_on_contacts():
+    """Contacts with forwarding: one device sending its model times -3 is outvoted by the
+    median; the same device also sending it as copies "carried" for eight other devices (a
+    carried copy's origin is not authenticated) collapses the honest devices."""
+    sets = [*GOSSIP, "contacts.kind=poisson", "contacts.duration_s=3600", "contacts.mean_intercontact_s=300",
+            "contacts.mean_duration_s=60", "asynchronous.train_period_s=300", "forwarding.enabled=true",
+            "forwarding.parts=[whole]", "evaluation.every_s=600", "algorithm.robust=median"]
+
+    def honest(adversaries: str) -> float:
+        summary = run_scenario(load_scenario(SCENARIO, [*sets, f"adversaries={adversaries}"]), progress=False)
+        assert summary is not None
+        return summary["final"]["f1_macro_mean"] if adversaries == "[]" else summary["adversaries"]["honest_f1_mean"]
+    clean = honest("[]")
+    assert honest("[{kind: sign-flip, devices: [0], factor: 3}]") > clean - 0.05
+    assert honest("[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 8}]") < clean - 0.25
+    with pytest.raises(ScenarioError, match="forwarding.enabled"):
+        load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: sybil, devices: [0]}]"])

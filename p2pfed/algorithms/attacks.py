@@ -21,6 +21,11 @@ adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts 
   no other sent class uses; all its units if none) are multiplied by ``-factor``: one class is
   poisoned, the others stay intact.
 - ``free-ride``: it never trains; it fuses what others send and shares what it holds.
+- ``sybil`` (contacts with forwarding): besides its own share it sends the same (poisoned)
+  share as copies "carried" for ``identities`` other devices (their ids, drawn from the seed):
+  a carried copy's origin is not authenticated, so a receiver caches it as that device's
+  artifact, and one liar counts as several in every fusion that counts peers (a median's
+  majority, a cluster's members).
 
 Model attacks, prototype and subnetwork poisoning and free-riding act from ``start_round``.
 Integer and boolean arrays (masks, indices, counts) are never changed: the messages stay well
@@ -37,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
+from p2pfed.algorithms.payloads import RELAY_KEY
 
-KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride")
+KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride", "sybil")
 MODEL_KINDS = ("sign-flip", "scale", "noise")
 PROTOTYPES = "prototypes"   # the tensor name of shared class prototypes (FedSub, prototype sharing)
 
@@ -56,6 +62,7 @@ class Attack:
     shift: float = 1.0
     toward: str = "peers"
     victim: int | None = None
+    identities: tuple[int, ...] = ()   # sybil: the other devices' ids it speaks for (chosen per device)
 
     @property
     def kind(self) -> str:
@@ -100,9 +107,11 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             shared = super().share(round)
             if shared is None or not self._acting(round):
                 return shared
-            if isinstance(shared, Payload):
-                return self._poisoned(shared)
-            return [self._poisoned(p) for p in shared]
+            parts = [self._poisoned(p) for p in ([shared] if isinstance(shared, Payload) else shared)]
+            if "sybil" in kinds:   # the same share again, as if carried for each stolen identity
+                parts += [Payload({**p.meta, RELAY_KEY: {"origin": x, "hops": 2}}, p.tensors)
+                          for x in attack.identities for p in parts]
+            return parts[0] if isinstance(shared, Payload) and len(parts) == 1 else parts
 
         def _poisoned(self, payload: Payload) -> Payload:
             tensors = dict(payload.tensors)

@@ -30,6 +30,9 @@ class Payload:
         return cast(T, self.memo[key])
 
 
+RELAY_KEY = "relay"   # meta key of a copy carried for another device: {"origin": id, "hops": n}
+
+
 @dataclass
 class Received:
     """A payload as cached by the receiver, with who made it and when."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
-from p2pfed.device.wire import encode_share
+from p2pfed.device.wire import RELAY_KEY, encode_share
 from p2pfed.transport import CodecError
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
@@ -36,6 +36,7 @@ class Outgoing:
     sent_at: float
     data: bytes
     to: int | None = None   # the one peer this part is addressed to (None: every neighbour)
+    origin: int | None = None   # a part the method marked as carried for another device (RELAY_KEY)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,9 @@ class DeviceLoop:
                 # the run goes on, and the drop is counted as this device's own, by reason.
                 self.recorder.dropped(self.device, self.device, round, "share:not-finite", str(exc))
                 continue
-            out.append(Outgoing(p.meta.get("part", "whole"), round, now, data, to=p.meta.get("to")))
+            relay = p.meta.get(RELAY_KEY)
+            out.append(Outgoing(p.meta.get("part", "whole"), round, now, data, to=p.meta.get("to"),
+                                origin=relay.get("origin") if isinstance(relay, dict) else None))
         return out
 
     def evaluate(self, round: int, evaluation: Evaluation | None = None, when: str | None = None) -> Evaluation:

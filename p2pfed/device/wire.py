@@ -13,12 +13,12 @@ import numpy as np
 from torch import nn
 
 from p2pfed.algorithms import Payload
+from p2pfed.algorithms.payloads import RELAY_KEY as RELAY_KEY   # re-exported: the wire names it
 from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.transport import Message, encode
 from p2pfed.transport.codec import encoded_size
 from p2pfed.transport.precision import reduce_precision
 
-RELAY_KEY = "relay"
 RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
 
 

@@ -213,8 +213,8 @@ class OpportunisticSimulation:
         self.steps_taken += len(devices)
         self.batches_taken += 1
         for i, outgoing in zip(devices, shares, strict=True):
-            self.state[i].own = [Offer(i, out.part, out.round, out.sent_at, Frame(out.data), out.to)
-                                 for out in outgoing]
+            self.state[i].own = [Offer(i if out.origin is None else out.origin, out.part, out.round, out.sent_at,
+                                       Frame(out.data), out.to) for out in outgoing]
             self._pulse(self.news, i)
 
     def _interval(self) -> int:

@@ -131,7 +131,12 @@ def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) ->
             count = min(len(free), max(1, round(spec.fraction * num_devices)))
             ids = sorted(int(d) for d in rng.choice(free, size=count, replace=False))
         for d in ids:
-            chosen[d] = attack
+            if "sybil" in attack.kinds:   # each sybil speaks for its own draw of the other devices
+                others = [x for x in range(num_devices) if x != d]
+                stolen = rng.choice(others, size=min(spec.identities, len(others)), replace=False)
+                chosen[d] = replace(attack, identities=tuple(sorted(int(x) for x in stolen)))
+            else:
+                chosen[d] = attack
     return chosen
 
 

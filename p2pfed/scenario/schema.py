@@ -313,7 +313,8 @@ class ChurnSection(Section):
         return self
 
 
-AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride"]
+AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride",
+                     "sybil"]
 
 
 class AdversarySection(Section):
@@ -334,6 +335,7 @@ class AdversarySection(Section):
         default="peers", description="prototype-shift: the peers' mean prototype of each class, the victim's, "
                                      "or target_class's")
     victim: int | None = Field(default=None, ge=0, description="prototype-shift toward device: whose prototypes")
+    identities: int = Field(default=3, ge=1, description="sybil: other devices' ids it also sends its share under")
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -386,6 +388,10 @@ class Scenario(Section):
         if self.dynamic.devices_fraction > 0 and self.contacts.kind != "none":
             raise ValueError("dynamic.devices_fraction: dynamic data returns classes on a round schedule, "
                              f"so it needs synchronous rounds (contacts.kind: none, got {self.contacts.kind!r})")
+        for i, adversary in enumerate(self.adversaries):
+            if "sybil" in adversary.kinds and not self.forwarding.enabled:
+                raise ValueError(f"adversaries.{i}.kind: sybil sends its share under other devices' ids as carried "
+                                 "copies, which receivers accept only with forwarding.enabled: true (contacts)")
         if self.engine.offload is True and not self.uses_batch_windows():
             raise ValueError("engine.offload: true: the helper process computes offloaded work of a contact run's "
                              "batch windows ahead, so it needs contacts (contacts.kind other than none) and "
