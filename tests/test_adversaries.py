@@ -324,3 +324,29 @@ def test_a_sybil_speaking_for_eight_devices_outvotes_the_median_on_contacts():
     assert honest("[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 8}]") < clean - 0.25
     with pytest.raises(ScenarioError, match="forwarding.enabled"):
         load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: sybil, devices: [0]}]"])
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_trimming_prototype_outliers_keeps_a_class_shifted_liar_out_of_the_clusters():
+    """Three devices send every class prototype as their class 2's, with flipped rows: FedSub's
+    min-size rule puts each such far-off point in some cluster; trimming prototype outliers
+    leaves them out of far more honest clusters and keeps the honest F1 far higher. Without
+    liars the rule trims nothing here, and the run is the same."""
+    attack = ("adversaries=[{kind: [prototype-shift, sign-flip], fraction: 0.25, toward: class, "
+              "target_class: 2}]")
+    plain, trimmed = _fedsub_summary(attack), _fedsub_summary(attack, "algorithm.proto_outliers=trim")
+    a, b = plain["adversaries"], trimmed["adversaries"]
+    assert b["honest_clusters_with_adversary_fraction"] < a["honest_clusters_with_adversary_fraction"] - 0.15
+    assert b["honest_f1_mean"] > a["honest_f1_mean"] + 0.2
+    assert trimmed["algorithm_stats"]["prototype_outliers_per_clustering"] > 0
+    clean, clean_trimmed = _fedsub_summary(), _fedsub_summary("algorithm.proto_outliers=trim")
+    assert clean_trimmed["algorithm_stats"]["prototype_outliers_per_clustering"] == 0
+    assert clean_trimmed["final"]["f1_macro_mean"] == clean["final"]["f1_macro_mean"]
+
+
+def test_prototype_outliers_are_points_far_from_every_other():
+    from p2pfed.algorithms.fedsub.outliers import inliers
+    points = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.1], [0.1, 0.1], [5.0, 5.0]])
+    assert inliers(points, own=0, factor=3.0).tolist() == [True, True, True, True, False]
+    assert inliers(points, own=4, factor=3.0).tolist() == [True] * 5       # the own prototype always stays
+    assert inliers(points[:2], own=0, factor=3.0).all()                     # too few points to judge

@@ -57,6 +57,7 @@ from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
 from p2pfed.algorithms.fedsub.collaborative import predict_missing
 from p2pfed.learning.batched_fusion import FusionJob
+from p2pfed.algorithms.fedsub.outliers import inliers
 from p2pfed.algorithms.fedsub.robust_rows import RobustCount, robust_class_rows
 from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
 from p2pfed.algorithms.robust import RobustOptions
@@ -88,6 +89,9 @@ class FedSubOptions(MLPOptions, RobustOptions):
     predict_for: Literal["all", "own"] = Field(
         "all", description="classes a device predicts its own prototype for: every class a peer holds "
                            "(Alg. 3 as written) or only its own training classes hidden for now (dynamic data)")
+    proto_outliers: Literal["none", "trim"] = Field(
+        "none", description="leave prototypes far from all others out of each class's clustering (outliers.py)")
+    proto_outlier_factor: float = Field(3.0, gt=0, description="trim: times the median nearest-neighbour distance")
     proto_noise: Literal["none", "gaussian", "laplace"] = "none"
     proto_noise_sigma: float | None = Field(None, gt=0, description="gaussian noise std")
     proto_noise_epsilon: float | None = Field(None, gt=0, description="laplace privacy budget")
@@ -265,7 +269,7 @@ class _FusionView:
 
 STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
                  "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes",
-                 "robust_groups", "robust_candidates", "robust_set_aside")
+                 "robust_groups", "robust_candidates", "robust_set_aside", "outliers_trimmed")
 
 
 @register
@@ -410,6 +414,8 @@ class FedSub(Algorithm):
             out["subnet_message_bytes_paper_style"] = n["paper_style_bytes"] / n["subnet_messages"]
         if self.options.predict_missing:
             out["predicted_classes_fused"] = self.last_predicted
+        if self.options.proto_outliers != "none" and n["clusterings"]:
+            out["prototype_outliers_per_clustering"] = n["outliers_trimmed"] / n["clusterings"]
         if self.options.robust != "none":
             out["robust_row_groups"] = n["robust_groups"]
             peers = n["robust_candidates"] - n["robust_groups"]   # every group's first candidate is the own row
@@ -567,6 +573,12 @@ class FedSub(Algorithm):
         else:
             point_sets = [np.stack([held[m][c] if c in held[m] else predicted[m][c] for m in members_of[c]])
                           for c in classes]
+        if o.proto_outliers == "trim":
+            for j, c in enumerate(classes):
+                keep = inliers(point_sets[j], members_of[c].index(me), o.proto_outlier_factor)
+                self.counters["outliers_trimmed"] += int(np.count_nonzero(~keep))
+                members_of[c] = [m for m, k in zip(members_of[c], keep) if k]
+                point_sets[j] = point_sets[j][keep]
         return _FusionView(view, held, classes, members_of, point_sets)
 
     @cached_property
