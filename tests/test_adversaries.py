@@ -167,7 +167,8 @@ def test_fedsub_attacks_poison_only_their_part():
     shifted = _parts(_fedsub_device("[{kind: prototype-shift, devices: [0], toward: class, target_class: 2}]")
                      .share(0))["prototypes"]
     protos, at = shifted.tensors["prototypes"], shifted.meta["classes"].index(2)
-    assert np.allclose(protos, protos[at][None]) and np.allclose(protos[at], honest["prototypes"].tensors["prototypes"][at])
+    assert np.allclose(protos, protos[at][None])
+    assert np.allclose(protos[at], honest["prototypes"].tensors["prototypes"][at])
 
 
 def test_attack_entries_that_cannot_work_are_refused_by_field():
@@ -194,7 +195,8 @@ def test_robust_class_rows_follow_the_honest_mates_and_count_what_they_set_aside
     rng = np.random.default_rng(1)
 
     def model(value: float) -> dict[str, torch.Tensor]:
-        return {"layers.0.weight": torch.full((3, width), value) + 0.01 * torch.as_tensor(rng.standard_normal((3, width))).float(),
+        jitter = 0.01 * torch.as_tensor(rng.standard_normal((3, width))).float()
+        return {"layers.0.weight": torch.full((3, width), value) + jitter,
                 "layers.0.bias": torch.full((3,), value), "layers.1.weight": torch.full((2, 3), value),
                 "layers.1.bias": torch.full((2,), value)}
     mates = [model(1.0), model(1.0), model(1.0), model(-50.0)]
