@@ -15,8 +15,9 @@ comparisons (Benjamini–Hochberg, stated in the table):
 
     python bench/adversaries_tests.py bench/results/adversaries
 
-writes ``tests.csv`` and ``table.md`` (a table per method; each method's tests adjusted apart)
-into the sweep folder and prints them.
+writes ``tests.csv``, ``table.md`` (a table per method; each method's tests adjusted apart) and
+``honest_f1.png`` (honest F1 against the liars' fraction, a panel per method and attack, a line
+per defence, mean and 95 % t interval over seeds) into the sweep folder and prints the tables.
 """
 
 from __future__ import annotations
@@ -127,11 +128,43 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(cells: dict[str, dict[tuple[str, str], dict[int, float]]], path: Path) -> None:
+    """Honest F1 against the fraction of liars: a panel per (method, attack kind), a line per defence."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = sorted({(m, a.rsplit(" ", 2)[0]) for m, by in cells.items() for _, a in by if a != "none"})
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), sharey=True, squeeze=False)
+    for ax, (method, kind) in zip(axes[0], panels):
+        by = cells[method]
+        for defence in sorted({d for d, _ in by}, key=lambda d: (d != "none", d)):
+            xs, means, halves = [], [], []
+            for attack in ["none", *sorted({a for d, a in by if a.startswith(kind + " ")},
+                                           key=lambda a: float(a.split()[-2]))]:
+                values = list(by.get((defence, attack), {}).values())
+                if len(values) < 2:
+                    continue
+                xs.append(0.0 if attack == "none" else float(attack.split()[-2]))
+                means.append(float(np.mean(values)))
+                spread = np.std(values, ddof=1) / math.sqrt(len(values))
+                halves.append(float(stats.t.ppf(0.975, len(values) - 1) * spread))
+            ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, label=defence)
+        ax.set_title(f"{method}: {kind}", fontsize=9)
+        ax.set_xlabel("liars (%)")
+    axes[0][0].set_ylabel("honest devices' F1")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="the adversaries sweep's results folder")
     args = parser.parse_args(argv)
-    per_method = {m: tests(cells, m) for m, cells in sorted(read_cells(args.sweep).items())}
+    cells = read_cells(args.sweep)
+    per_method = {m: tests(by, m) for m, by in sorted(cells.items())}
+    plot(cells, args.sweep / "honest_f1.png")
     rows = [r for method_rows in per_method.values() for r in method_rows]
     with open(args.sweep / "tests.csv", "w", newline="") as f:
         fields = ["test", "method", "attack", "defence", "seeds", "f1_a", "f1_b", "f1_diff", "f1_diff_ci_low",
