@@ -325,7 +325,7 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
     return problems
 
 
-FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"))
+FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"), ("devices", "file"))
 
 
 def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str]:
@@ -366,6 +366,8 @@ def fingerprint(loaded: LoadedScenario) -> str:
 def dump(loaded: LoadedScenario) -> dict[str, Any]:
     """The fully resolved scenario (defaults filled in), for summary.json and reproducibility."""
     data = copy.deepcopy(loaded.scenario.model_dump())
+    if not loaded.scenario.devices.opted_in():   # a scenario without it reads (and resumes) as before
+        del data["devices"]
     data["algorithm"] = {"name": loaded.scenario.algorithm.name,
                          **algorithm_options(loaded).model_dump()}
     return data
