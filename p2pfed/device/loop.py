@@ -17,6 +17,7 @@ from typing import Any
 
 from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
 from p2pfed.device.wire import RELAY_KEY, encode_share
+from p2pfed.energy.work import training_flops
 from p2pfed.transport import CodecError
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
@@ -88,6 +89,10 @@ class DeviceLoop:
             algorithm.ctx.neighbours = neighbours
         self.actions = 0    # times the device acted (trained and shared)
         self.fusions = 0    # fusions that used at least one new artifact
+        # Set by a runtime that models devices (``devices`` in the scenario): each step then
+        # counts its training work in ``work_flops`` (p2pfed/energy/work.py).
+        self.count_work = False
+        self.work_flops = 0.0
 
     def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
@@ -253,6 +258,9 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
                                 "expected a TrainingJob or None")
             if work is not None:
                 training.append(work)
+            if loop.count_work:
+                loop.work_flops = 0.0 if work is None else training_flops(work.model, int(work.x.shape[0]),
+                                                                          work.num_epochs)
     if batched:
         train_jobs(training)
     else:
