@@ -19,12 +19,35 @@ from p2pfed.scenario.loader import ScenarioError, load_scenario
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
-# Six devices on a complete graph, 48 training samples each, a 16-32 MLP: about a second a run.
+# Six devices on a complete graph, 48 training samples each, a 16-32 MLP, whole-model gossip
+# (the cheapest method that communicates): about a second a run.
 SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=16", "model.hidden=[16,32]",
-         "rounds=4"]
+         "rounds=4", "algorithm.name=gossip-avg"]
 CONTACTS = ["contacts.kind=poisson", "contacts.mean_intercontact_s=100", "contacts.mean_duration_s=30",
             "contacts.duration_s=600", "asynchronous.train_period_s=60", "evaluation.every_s=150"]
 SLOW = "devices.profiles=[{name: slow, fraction: 1.0, flops_per_s: 1.0e5, joules_per_flop: 2.0e-9}]"
+
+
+def _untouchable(*_args, **_kw):
+    raise AssertionError("the energy model ran for a scenario that did not opt in")
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The small scenario without a devices section, run with every entry to the energy model
+    made to fail: its results, and the proof that nothing of the model ran."""
+    from p2pfed.device import loop
+    from p2pfed.engine.energy import EnergyMeter
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EnergyMeter, "__init__", _untouchable)
+        mp.setattr(loop, "training_flops", _untouchable)
+        return _run(tmp_path_factory.mktemp("plain"), "plain", [])
+
+
+@pytest.fixture(scope="module")
+def lte(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("lte"), "lte", ["devices.radio=lte"])
 
 
 def _run(tmp_path: Path, name: str, overrides: list[str]) -> tuple[dict, list[dict], list[dict]]:
@@ -40,32 +63,29 @@ def _csv(path: Path) -> list[dict]:
 
 
 # -- opting out -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("extra", [[], CONTACTS], ids=["rounds", "contacts"])
-def test_a_scenario_without_devices_never_touches_the_energy_model(extra, tmp_path, monkeypatch):
+def test_a_scenario_without_devices_never_touches_the_energy_model(plain, tmp_path, monkeypatch):
     from p2pfed.device import loop
     from p2pfed.engine.energy import EnergyMeter
 
-    def untouchable(*_args, **_kw):
-        raise AssertionError("the energy model ran for a scenario that did not opt in")
+    monkeypatch.setattr(EnergyMeter, "__init__", _untouchable)
+    monkeypatch.setattr(loop, "training_flops", _untouchable)
+    for summary, devices, rounds in [plain, _run(tmp_path, "contacts", CONTACTS)]:
+        assert "energy" not in summary and "devices" not in summary["config"]
+        assert "energy_j" not in devices[0] and "energy_j" not in rounds[0]
+    with pytest.raises(AssertionError, match="did not opt in"):   # and the trap does catch a run that does
+        _run(tmp_path, "radio", ["devices.radio=wifi"])
 
-    monkeypatch.setattr(EnergyMeter, "__init__", untouchable)
-    monkeypatch.setattr(loop, "training_flops", untouchable)
-    summary, devices, rounds = _run(tmp_path, "plain", extra)
-    assert "energy" not in summary and "devices" not in summary["config"]
-    assert "energy_j" not in devices[0] and "energy_j" not in rounds[0]
 
-
-def test_a_radio_alone_only_observes_every_number_stays_as_it_was(tmp_path):
-    plain, plain_devices, plain_rounds = _run(tmp_path, "plain", [])
-    radio, radio_devices, radio_rounds = _run(tmp_path, "radio", ["devices.radio=wifi"])
-    assert radio["final"] == plain["final"] and radio["comm"] == plain["comm"]
-    for ours, theirs in [(radio_devices, plain_devices), (radio_rounds, plain_rounds)]:
+def test_a_radio_alone_only_observes_every_number_stays_as_it_was(plain, lte):
+    (base, base_devices, base_rounds), (radio, radio_devices, radio_rounds) = plain, lte
+    assert radio["final"] == base["final"] and radio["comm"] == base["comm"]
+    for ours, theirs in [(radio_devices, base_devices), (radio_rounds, base_rounds)]:
         assert [{k: row[k] for k in theirs[0]} for row in ours] == theirs
     assert radio["energy"]["comm_j_total"] > 0 and radio["energy"]["compute_j_total"] == 0
 
 
 # -- compute from the work -------------------------------------------------------------------------
-def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(tmp_path):
+def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(plain, tmp_path):
     runs = {}
     for per_class in (16, 32):
         overrides = [f"dataset.synthetic.samples_per_class={per_class}", SLOW]
@@ -86,18 +106,18 @@ def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(tmp
         assert float(s_dev[i]["energy_compute_j"]) == pytest.approx(steps * 6 * macs * n * 2e-9, rel=1e-5)
     # and the runtime waited for it: a share leaves when its step is done, so messages take the
     # step's time longer to arrive (2.58 s more, then 5.16 s more, than the bare links take)
-    plain = run_scenario(load_scenario(SCENARIO, SMALL), None, progress=False)["comm"]["delivery_time_s"]["median"]
+    bare = plain[0]["comm"]["delivery_time_s"]["median"]
     step = 6 * macs * small[0] / 1e5
-    assert s_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(plain + step, rel=0.03)
-    assert l_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(plain + 2 * step, rel=0.03)
+    assert s_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + step, rel=0.03)
+    assert l_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + 2 * step, rel=0.03)
 
 
 # -- energy per byte --------------------------------------------------------------------------------
-def test_a_byte_over_lte_costs_the_presets_figure(tmp_path):
+def test_a_byte_over_lte_costs_the_presets_figure(lte):
+    summary, devices, rounds = lte
     lte = RADIOS["lte"]
     assert lte.send_j_per_byte == pytest.approx(2.0 * 8 / 6e6)       # 2 W at a 6 Mbit/s uplink
     assert lte.receive_j_per_byte == pytest.approx(1.5 * 8 / 13e6)   # 1.5 W at a 13 Mbit/s downlink
-    summary, devices, rounds = _run(tmp_path, "lte", ["devices.radio=lte"])
     energy = summary["energy"]
     assert energy["radio"]["send_j_per_byte"] == lte.send_j_per_byte
     sent = [int(d["bytes_sent"]) + int(d["bytes_wasted"]) for d in devices]   # the recorder's counts
