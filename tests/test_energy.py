@@ -42,6 +42,7 @@ def plain(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(EnergyMeter, "__init__", _untouchable)
         mp.setattr(loop, "training_flops", _untouchable)
+        mp.setattr(loop, "counting_work", _untouchable)
         return _run(tmp_path_factory.mktemp("plain"), "plain", [])
 
 
@@ -69,6 +70,7 @@ def test_a_scenario_without_devices_never_touches_the_energy_model(plain, tmp_pa
 
     monkeypatch.setattr(EnergyMeter, "__init__", _untouchable)
     monkeypatch.setattr(loop, "training_flops", _untouchable)
+    monkeypatch.setattr(loop, "counting_work", _untouchable)
     for summary, devices, rounds in [plain, _run(tmp_path, "contacts", CONTACTS)]:
         assert "energy" not in summary and "devices" not in summary["config"]
         assert "energy_j" not in devices[0] and "energy_j" not in rounds[0]
@@ -218,3 +220,22 @@ def test_profiles_are_drawn_by_fraction_from_the_seed():
     assert plan is not None and plan.profiles is not None
     assert [p.name for p in plan.profiles].count("watch") == 3
     assert build_energy_plan(loaded, 12) == plan                   # same seed, same draw
+
+
+def test_training_a_method_does_inside_train_counts_too(tmp_path):
+    """Ditto trains its personal model inside ``train`` and returns the shared model's job: twice
+    the work of plain gossip, each device's step twice as long."""
+    gossip = _run(tmp_path, "gossip", [SLOW, "rounds=2"])[1]
+    ditto = _run(tmp_path, "ditto", [SLOW, "rounds=2", "algorithm.name=ditto"])[1]
+    for g, d in zip(gossip, ditto, strict=True):
+        assert float(g["compute_s"]) > 0
+        assert float(d["compute_s"]) == pytest.approx(2 * float(g["compute_s"]), rel=1e-9)
+
+
+def test_compare_shows_joules_per_device_only_for_runs_that_model_them(plain, lte):
+    from p2pfed.results.compare import comparison_columns, comparison_row
+
+    assert "j_per_device" not in comparison_columns([comparison_row(plain[0])])
+    row = comparison_row(lte[0])
+    assert row["j_per_device"] == lte[0]["energy"]["total_j_per_device"] > 0
+    assert {"j_per_device", "comm_j_per_device", "compute_j_per_device"} <= set(comparison_columns([row]))

@@ -22,7 +22,7 @@ from p2pfed.transport import CodecError
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
-from p2pfed.learning.training import Evaluation, evaluate
+from p2pfed.learning.training import Evaluation, counting_work, evaluate
 from p2pfed.results.recorder import Recorder
 
 EVALUATE_WHEN = ("after-fusion", "after-training")
@@ -252,15 +252,19 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
     training: list[TrainingJob] = []
     for loop, r, takes_part in zip(loops, rounds, train, strict=True):
         if takes_part:
-            work = loop.algorithm.train(r)
+            if loop.count_work:   # training the method does inside train itself counts too
+                with counting_work() as inline:
+                    work = loop.algorithm.train(r)
+            else:
+                work = loop.algorithm.train(r)
             if work is not None and not isinstance(work, TrainingJob):
                 raise TypeError(f"{type(loop.algorithm).__name__}.train returned {type(work).__name__}; "
                                 "expected a TrainingJob or None")
             if work is not None:
                 training.append(work)
             if loop.count_work:
-                loop.work_flops = 0.0 if work is None else training_flops(work.model, int(work.x.shape[0]),
-                                                                          work.num_epochs)
+                trained = [*inline, *([] if work is None else [(work.model, int(work.x.shape[0]), work.num_epochs)])]
+                loop.work_flops = sum(training_flops(m, n, e) for m, n, e in trained)
     if batched:
         train_jobs(training)
     else:

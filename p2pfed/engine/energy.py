@@ -2,9 +2,10 @@
 what its arithmetic and its radio cost, and whether its battery still holds.
 
 Compute is charged per step from the work the step actually did (``DeviceLoop.work_flops``, the
-FLOPs of its training job): it takes ``flops / flops_per_s`` simulated seconds and costs
-``flops * joules_per_flop``. Communication is never counted here: a device's radio energy is
-read, whenever it is needed, from the bytes the Recorder counted for it,
+FLOPs of its training job and of any training its method ran inside ``train``): it takes
+``flops / flops_per_s`` simulated seconds and costs ``flops * joules_per_flop``. Communication
+is never counted here: a device's radio energy is read, whenever it is needed, from the bytes
+the Recorder counted for it,
 
     send_j_per_byte * (bytes_sent + bytes_wasted) + receive_j_per_byte * bytes_received
     + tail_j * transfers_started,
