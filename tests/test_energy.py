@@ -243,3 +243,11 @@ def test_compare_shows_joules_per_device_only_for_runs_that_model_them(plain, lt
     row = comparison_row(lte[0])
     assert row["j_per_device"] == lte[0]["energy"]["total_j_per_device"] > 0
     assert {"j_per_device", "comm_j_per_device", "compute_j_per_device"} <= set(comparison_columns([row]))
+
+
+def test_real_peers_refuse_a_devices_section():
+    from p2pfed.scenario.loader import launch_problems
+
+    assert not launch_problems(load_scenario(SCENARIO), check_imports=False)
+    problems = launch_problems(load_scenario(SCENARIO, ["devices.radio=ble"]), check_imports=False)
+    assert len(problems) == 1 and "devices: device profiles, energy and batteries" in problems[0]
