@@ -251,3 +251,21 @@ def test_real_peers_refuse_a_devices_section():
     assert not launch_problems(load_scenario(SCENARIO), check_imports=False)
     problems = launch_problems(load_scenario(SCENARIO, ["devices.radio=ble"]), check_imports=False)
     assert len(problems) == 1 and "devices: device profiles, energy and batteries" in problems[0]
+
+
+def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_file_hashes_it(tmp_path):
+    """The cell id hashes the resolved scenario and its files: without a devices section it is
+    what it was before the section existed (committed sweeps resume); a devices file is hashed."""
+    import hashlib
+    import json
+
+    from p2pfed.scenario.loader import dump
+    from p2pfed.sweeps.cells import cell_id
+
+    loaded = load_scenario(SCENARIO)
+    text = json.dumps({"scenario": dump(loaded), "files": {}}, sort_keys=True, default=str)
+    assert "devices" not in dump(loaded) and cell_id(loaded) == hashlib.sha256(text.encode()).hexdigest()
+    file_option = _battery_file(tmp_path, 1.0)
+    before = cell_id(load_scenario(SCENARIO, [file_option]))
+    (tmp_path / "devices.csv").write_text((tmp_path / "devices.csv").read_text().replace("1.0", "2.0"))
+    assert cell_id(load_scenario(SCENARIO, [file_option])) != before

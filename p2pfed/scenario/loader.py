@@ -328,13 +328,15 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
     return problems
 
 
-FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"), ("devices", "file"))
+FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"))
+# Files of sections a resolved scenario holds only when it opts in (``dump`` leaves them out otherwise).
+OPTIONAL_FILE_FIELDS = (("devices", "file"),)
 
 
 def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str]:
     """Files a scenario names that do not exist (checked even when other fields are wrong)."""
     problems = []
-    for section, key in FILE_FIELDS:
+    for section, key in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS):
         value = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
         if isinstance(value, str):
             p = Path(value).expanduser()
