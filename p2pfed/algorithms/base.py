@@ -26,7 +26,9 @@ may override, each documented with an example in ``docs/writing-a-method.md``:
 ========================  ==========================================================================
 
 Everything else here is runtime plumbing a method may read (``ctx``, ``options``, ``cache``) or
-call (``training_job``, ``drop_stale``), never override.
+call (``training_job``, ``drop_stale``), never override. Among what ``ctx`` offers:
+``ctx.neighbours()`` (who is reachable now) and ``ctx.energy_left()`` (joules left in the
+device's battery, None where the scenario gives none), for methods that adapt to either.
 """
 
 from __future__ import annotations
@@ -198,6 +200,9 @@ class DeviceContext:
     # Dynamic data: hidden classes leave the test set too, and come back to both sets together
     # (FedSub ubiquitous Sec. 4.4); False keeps every class in the test set throughout.
     hide_test_classes: bool = True
+    # The energy left in this device's battery, as the runtime sees it (set by a runtime whose
+    # scenario gives batteries, ``devices.battery_j``); read it through ``energy_left()``.
+    battery: Callable[[], float | None] | None = None
 
     def __post_init__(self) -> None:
         self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
@@ -211,6 +216,11 @@ class DeviceContext:
     @property
     def device_id(self) -> int:
         return self.device.device_id
+
+    def energy_left(self) -> float | None:
+        """Joules left in this device's battery now (None: no battery, or a runtime that does not
+        model energy). An energy-aware method may share less when it runs low."""
+        return None if self.battery is None else self.battery()
 
     @property
     def num_samples(self) -> int:

@@ -17,11 +17,12 @@ from typing import Any
 
 from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
 from p2pfed.device.wire import RELAY_KEY, encode_share
+from p2pfed.energy.work import training_flops
 from p2pfed.transport import CodecError
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
-from p2pfed.learning.training import Evaluation, evaluate
+from p2pfed.learning.training import Evaluation, counting_work, evaluate
 from p2pfed.results.recorder import Recorder
 
 EVALUATE_WHEN = ("after-fusion", "after-training")
@@ -88,6 +89,10 @@ class DeviceLoop:
             algorithm.ctx.neighbours = neighbours
         self.actions = 0    # times the device acted (trained and shared)
         self.fusions = 0    # fusions that used at least one new artifact
+        # Set by a runtime that models devices (``devices`` in the scenario): each step then
+        # counts its training work in ``work_flops`` (p2pfed/energy/work.py).
+        self.count_work = False
+        self.work_flops = 0.0
 
     def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
@@ -247,12 +252,19 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
     training: list[TrainingJob] = []
     for loop, r, takes_part in zip(loops, rounds, train, strict=True):
         if takes_part:
-            work = loop.algorithm.train(r)
+            if loop.count_work:   # training the method does inside train itself counts too
+                with counting_work() as inline:
+                    work = loop.algorithm.train(r)
+            else:
+                work = loop.algorithm.train(r)
             if work is not None and not isinstance(work, TrainingJob):
                 raise TypeError(f"{type(loop.algorithm).__name__}.train returned {type(work).__name__}; "
                                 "expected a TrainingJob or None")
             if work is not None:
                 training.append(work)
+            if loop.count_work:
+                trained = [*inline, *([] if work is None else [(work.model, int(work.x.shape[0]), work.num_epochs)])]
+                loop.work_flops = sum(training_flops(m, n, e) for m, n, e in trained)
     if batched:
         train_jobs(training)
     else:

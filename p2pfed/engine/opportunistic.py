@@ -32,6 +32,7 @@ from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, enc
                            finish_together, start_together)
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, Frame
+from p2pfed.engine.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 SEND_POLICIES = ("smallest-first", "largest-first", "whole")
@@ -100,12 +101,16 @@ class OpportunisticSimulation:
                  forwarding: Forwarding = Forwarding(), offline: Sequence[tuple[int, float, float]] = (),
                  first_training_s: list[float] | None = None,
                  on_time: Callable[[float], None] | None = None, batched: bool = True,
-                 precision: str = "float32") -> None:
+                 precision: str = "float32", energy: EnergyMeter | None = None) -> None:
         """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
         trains (default: a uniform random phase within one period, so clocks are not aligned);
         ``batched``: steps finishing together (``schedule.batch_window_s``) batch their arithmetic
         (``finish_together``; ``engine.batched_training``); ``precision``: the wire precision of
-        shared float tensors, carried copies included (``engine.precision``)."""
+        shared float tensors, carried copies included (``engine.precision``); ``energy``: the
+        devices' compute speed, energy and batteries (``devices``; None: not modelled, and none
+        of it runs). A step then takes its work's time (its share is offered when it is done,
+        and the next step starts no earlier); a device whose battery is empty is off, like an
+        offline one, until a recharge."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
         self.env = simpy.Environment()
@@ -141,11 +146,19 @@ class OpportunisticSimulation:
         self.batches: dict[float, list[tuple[int, PendingFusion | None]]] = {}   # window end -> steps started
         self.steps_taken = 0                        # device steps, and the batches they took
         self.batches_taken = 0
+        self.energy = energy
+        self.step_started: dict[int, float] = {}    # with energy and a batch window: when each step began
+        if energy is not None:
+            for i, loop in enumerate(self.loops):
+                loop.count_work = True
+                if energy.has_batteries:
+                    loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
 
     def _or_churn(self, event: simpy.Event, *pulses: simpy.Event) -> simpy.Event:
         """``event | pulse | ...`` with the churn pulses left out of a run without churn: they
         never fire there, and each ``|`` costs a condition event on every wait."""
-        for pulse in pulses if self.offline else ():
+        off = self.offline or (self.energy is not None and self.energy.has_batteries)
+        for pulse in pulses if off else ():
             event = event | pulse
         return event
 
@@ -162,13 +175,34 @@ class OpportunisticSimulation:
         sch = self.schedule
         yield self.env.timeout(float(self.first_training_s[i]))
         while self.env.now < sch.duration_s:
+            busy = 0.0
             if self.state[i].online:
-                if sch.batch_window_s:
+                if self.energy is not None:
+                    busy = self._measured_step(i)
+                elif sch.batch_window_s:
                     self._start_step(i)
                 else:
                     self._act([i], [self.loops[i].act(self.loops[i].actions)])
             jitter = float(self.rng.uniform(-sch.train_jitter_s, sch.train_jitter_s))
-            yield self.env.timeout(sch.train_period_s + jitter)
+            yield self.env.timeout(max(sch.train_period_s + jitter, busy) if busy else sch.train_period_s + jitter)
+
+    def _measured_step(self, i: int) -> float:
+        """A step of a device whose compute and energy are modelled: none if its battery is
+        empty; else, without a batch window, done now and offered once its work's time has
+        passed (returned: the device is busy that long); with one, started now (charged when its
+        window ends)."""
+        assert self.energy is not None
+        if not self._has_energy(i):
+            return 0.0
+        if self.schedule.batch_window_s:
+            self.step_started[i] = float(self.env.now)
+            self._start_step(i)
+            return 0.0
+        loop = self.loops[i]
+        shares = loop.act(loop.actions)
+        took = self.energy.charge_step(i, loop.work_flops)
+        self._act([i], [shares], [took])
+        return took
 
     def _window_end(self, now: float) -> float:
         """The end of the batch window (k w, (k+1) w] that ``now`` falls in (a step that starts
@@ -206,16 +240,36 @@ class OpportunisticSimulation:
                 loops = [self.loops[i] for i in devices]
                 shares += finish_together(loops, [loop.actions for loop in loops], pending,
                                           train=[True] * len(loops), evaluate=False, batched=self.batched)
-        self._act([i for i, _ in steps], shares)
+        stepped = [i for i, _ in steps]
+        if self.energy is None:
+            self._act(stepped, shares)
+            return
+        # each step is done its work's time after it started, at the window's end at the earliest
+        now = float(self.env.now)
+        self._act(stepped, shares, [max(0.0, self.step_started.pop(i, now) + self.energy.charge_step(
+            i, self.loops[i].work_flops) - now) for i in stepped])
 
-    def _act(self, devices: list[int], shares: list[list[Outgoing]]) -> None:
-        """The devices acted (together, when several): offer what each one shared."""
+    def _act(self, devices: list[int], shares: list[list[Outgoing]], delays: list[float] | None = None) -> None:
+        """The devices acted (together, when several): offer what each one shared, or (with
+        ``delays``, the energy model's) offer it once its step is done."""
         self.steps_taken += len(devices)
         self.batches_taken += 1
-        for i, outgoing in zip(devices, shares, strict=True):
-            self.state[i].own = [Offer(i if out.origin is None else out.origin, out.part, out.round, out.sent_at,
-                                       Frame(out.data), out.to) for out in outgoing]
-            self._pulse(self.news, i)
+        for k, (i, outgoing) in enumerate(zip(devices, shares, strict=True)):
+            if delays is not None and delays[k] > 0:
+                self.env.process(self._offer_later(i, outgoing, delays[k]))
+            else:
+                self._offer(i, outgoing)
+
+    def _offer(self, i: int, outgoing: list[Outgoing]) -> None:
+        if self.energy is not None and not self._has_energy(i):
+            return   # the step used up the battery: its share never leaves
+        self.state[i].own = [Offer(i if out.origin is None else out.origin, out.part, out.round, out.sent_at,
+                                   Frame(out.data), out.to) for out in outgoing]
+        self._pulse(self.news, i)
+
+    def _offer_later(self, i: int, outgoing: list[Outgoing], delay: float) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(delay)
+        self._offer(i, outgoing)
 
     def _interval(self) -> int:
         """The evaluation interval (0-based) traffic is counted in: rounds.csv rows are cumulative
@@ -231,6 +285,8 @@ class OpportunisticSimulation:
             t = min(t, end)
             yield self.env.timeout(t - self.env.now)
             evaluate_together(self.loops, index, batched=self.batched)
+            if self.energy is not None:
+                self.energy.snapshot(index)
             index += 1
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
@@ -249,6 +305,31 @@ class OpportunisticSimulation:
             self.state[i].online = True
             self.state[i].offline_s += off_until - off_from
             self._pulse(self.switched, i)
+
+    # -- batteries ----------------------------------------------------------------------------
+    def _up(self, i: int) -> bool:
+        """Online (churn) and with energy left (batteries)."""
+        return self.state[i].online and (self.energy is None or self.energy.powered[i])
+
+    def _has_energy(self, i: int) -> bool:
+        """Whether device i may act now; the first time its battery is found empty it stops, and
+        its transfers in flight are aborted (as when it goes offline)."""
+        assert self.energy is not None
+        was_on = self.energy.powered[i]
+        if self.energy.check(i, float(self.env.now)):
+            return True
+        if was_on:
+            self._pulse(self.went_offline, i)
+            self._pulse(self.switched, i)
+        return False
+
+    def _recharges(self) -> Generator[simpy.Event, Any, None]:
+        """Every battery full again on the schedule; stopped devices run again."""
+        assert self.energy is not None
+        while self.energy.next_recharge is not None and self.energy.next_recharge < self.schedule.duration_s:
+            yield self.env.timeout(max(self.energy.next_recharge - self.env.now, 0.0))
+            for i in self.energy.recharge_due(float(self.env.now)):
+                self._pulse(self.switched, i)
 
     # -- contacts and transfers --------------------------------------------------------------
     def _contacts(self) -> Generator[simpy.Event, Any, None]:
@@ -292,8 +373,10 @@ class OpportunisticSimulation:
     def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event) -> Generator[simpy.Event, Any, None]:
         """One direction of one contact: transfers one after the other until the contact ends."""
         while not end.processed:
-            if not (self.state[src].online and self.state[dst].online):
+            if not (self._up(src) and self._up(dst)):
                 yield end | self.switched[src] | self.switched[dst]
+                continue
+            if self.energy is not None and not (self._has_energy(src) and self._has_energy(dst)):
                 continue
             offer = self._next_offer(src, dst)
             if offer is None:
@@ -356,6 +439,8 @@ class OpportunisticSimulation:
             for i, s in spans.items():
                 self.env.process(self._churn(i, s))
             self.env.process(self._contacts())
+            if self.energy is not None and self.energy.next_recharge is not None:
+                self.env.process(self._recharges())
             self.env.run(until=self.env.process(self._evaluator()))
         finally:
             self.delivery.close()

@@ -19,6 +19,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.contacts import ContactPlan, build_contact_plan
+from p2pfed.engine.energy import EnergyMeter
 from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
@@ -30,6 +31,7 @@ from p2pfed.results.attack_success import device_view
 from p2pfed.results.summary import adversaries_summary, build_summary
 from p2pfed.scenario.build import (adversary_map, build_algorithms, build_class_schedule, build_graph,
                                   load_scenario_dataset)
+from p2pfed.scenario.devices import build_energy_plan
 from p2pfed.scenario.loader import LoadedScenario, dump, fingerprint
 from p2pfed.scenario.randomness import int_seed, stream
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
@@ -55,13 +57,15 @@ class Checkpointing:
 @dataclass(frozen=True)
 class Simulated:
     """What a simulation produced: its summary and recorder (the rows of its results files), the
-    devices' names, the federation's account (``dataset.json``) and, over contacts, its plan."""
+    devices' names, the federation's account (``dataset.json``), over contacts its plan, and
+    with ``devices`` its energy account."""
 
     summary: dict[str, Any]
     recorder: Recorder
     names: list[str]
     dataset: dict[str, Any]
     plan: ContactPlan | None
+    energy: EnergyMeter | None = None
 
 
 def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progress: bool = True,
@@ -82,7 +86,11 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progres
 
 def write_results(done: Simulated, out_dir: Path, name: str) -> None:
     """A simulation's results files (and, over contacts, its contact-graph snapshots)."""
-    write_run(out_dir, done.summary, done.recorder, done.names, dataset=done.dataset)
+    meter = done.energy
+    write_run(out_dir, done.summary, done.recorder, done.names, dataset=done.dataset,
+              round_columns=None if meter is None else {row["round"]: meter.round_columns(row["round"] - 1)
+                                                         for row in done.recorder.rows},
+              device_columns=None if meter is None else [meter.device_columns(i) for i in range(len(done.names))])
     if done.plan is not None:
         from p2pfed.results.plots import plot_contacts
         sim_time = float(done.summary["sim_time_s"])
@@ -108,21 +116,25 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     offload = make_offload(helper=helper, batched=sc.engine.batched_training)
     algorithms = build_algorithms(loaded, dataset, offload=offload)
     recorder = Recorder(n)
+    energy_plan = build_energy_plan(loaded, n)
+    meter = None if energy_plan is None else EnergyMeter(energy_plan, recorder)
     rows = Rows(callbacks)
     plan = None
     try:
         if sc.contacts.kind == "none":
             sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing,
-                                          rows)
+                                          rows, meter)
             if sim_time is None:
                 return None
         else:
             if checkpointing is not None:
                 raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
                                  "(contacts.kind: none) only")
-            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress, rows)
+            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress, rows, meter)
     finally:
         offload.close()
+    if meter is not None:
+        extra["energy"] = meter.summary(sim_time)
     if helper:
         extra["offload"] = offload.stats()
     if sc.adversaries:
@@ -134,12 +146,12 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
                             **extra)
     rows.emit(recorder.rows)
     rows.end(summary)
-    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan)
+    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter)
 
 
 def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
                 progress: bool, dataset: FederatedDataset, checkpointing: Checkpointing | None,
-                rows: Rows) -> tuple[float | None, dict[str, Any]]:
+                rows: Rows, meter: EnergyMeter | None = None) -> tuple[float | None, dict[str, Any]]:
     sc = loaded.scenario
     n = len(algorithms)
     class_schedule = build_class_schedule(loaded, dataset)
@@ -159,7 +171,7 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
     sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
                      class_schedule=class_schedule,
-                     batched_training=sc.engine.batched_training, precision=sc.engine.precision)
+                     batched_training=sc.engine.batched_training, precision=sc.engine.precision, energy=meter)
     mark = fingerprint(loaded)
     try:
         if checkpointing is not None and checkpointing.path.exists():
@@ -188,7 +200,8 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
 
 
 def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
-                  recorder: Recorder, progress: bool, rows: Rows) -> tuple[float, dict[str, Any], ContactPlan]:
+                  recorder: Recorder, progress: bool, rows: Rows,
+                  meter: EnergyMeter | None = None) -> tuple[float, dict[str, Any], ContactPlan]:
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
@@ -219,7 +232,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=on_time, batched=sc.engine.batched_training,
-                                  precision=sc.engine.precision)
+                                  precision=sc.engine.precision, energy=meter)
     try:
         sim_time = sim.run()
     finally:

@@ -31,6 +31,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
 from p2pfed.engine.delivery import Delivery, Frame
+from p2pfed.engine.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 log = logging.getLogger("p2pfed.engine")
@@ -72,11 +73,15 @@ class Simulation:
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
-                 precision: str = "float32") -> None:
+                 precision: str = "float32", energy: EnergyMeter | None = None) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
-        computation (``engine.batched_training``), equal to one at a time to float rounding."""
+        computation (``engine.batched_training``), equal to one at a time to float rounding;
+        ``energy``: the devices' compute speed, energy and batteries (``devices``; None: not
+        modelled, and none of it runs). A step then takes its work's time: its share leaves that
+        long after the round starts; a device whose battery is empty neither trains, shares nor
+        receives until a recharge (it is still evaluated on the model it holds)."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -101,6 +106,12 @@ class Simulation:
         self._transfer_ids = 0
         self._active: tuple[int, np.ndarray] | None = None
         self.env = simpy.Environment()
+        self.energy = energy
+        if energy is not None:
+            for i, loop in enumerate(self.loops):
+                loop.count_work = True
+                if energy.has_batteries:
+                    loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
 
     def now(self) -> float:
         return float(self.env.now)
@@ -112,11 +123,16 @@ class Simulation:
         for r in range(self.next_round, until):
             yield self.env.timeout(r * period - self.env.now)
             active = [bool(a) for a in self._active_row(r)]
+            if self.energy is not None:
+                active = self._powered(r, active)
             shares = act_together(self.loops, r, train=active, evaluate=self.schedule.evaluates(r),
                                   batched=self.batched_training)
             for i, outs in enumerate(shares):
+                took = 0.0 if self.energy is None else self._step_done(i, active[i])
+                if took is None:
+                    continue
                 for out in outs:
-                    self._broadcast(i, out, out.sent_at)
+                    self._broadcast(i, out, out.sent_at + took)
             if self.on_round is not None:
                 self.on_round(r, self.now())
 
@@ -129,11 +145,32 @@ class Simulation:
             self._active = (r, row)
         return self._active[1]
 
+    def _powered(self, r: int, active: list[bool]) -> list[bool]:
+        """Round ``r`` starts: recharges due, the energy of round r - 1 noted, and which devices
+        still have energy (a device without takes no part)."""
+        assert self.energy is not None
+        now = self.now()
+        self.energy.recharge_due(now)
+        if r > 0:
+            self.energy.snapshot(r - 1)
+        return [self.energy.check(i, now) and a for i, a in enumerate(active)]
+
+    def _step_done(self, i: int, trained: bool) -> float | None:
+        """Charge device i's step: how long it took (its share leaves then), or None if it used
+        up the battery (its share never leaves)."""
+        assert self.energy is not None
+        if not trained:
+            return 0.0
+        took = self.energy.charge_step(i, self.loops[i].work_flops)
+        return took if self.energy.check(i, self.now() + took) else None
+
     def _broadcast(self, src: int, out: Outgoing, now: float) -> None:
         """Carry one encoded share through the sockets once, and queue it on the link to every
         neighbour, or to the one it is addressed to (first in, first out)."""
         size = len(out.data)
         destinations = [d for d in self.neighbours[src] if out.to is None or d == out.to]
+        if self.energy is not None:   # a device whose battery is empty receives nothing
+            destinations = [d for d in destinations if self.energy.powered[d]]
         if not destinations:
             return
         frame = self.delivery.carry(Frame(out.data), destinations)
@@ -184,6 +221,8 @@ class Simulation:
         finally:
             if end == self.schedule.rounds:
                 self.delivery.close()
+        if end == self.schedule.rounds and self.energy is not None:
+            self.energy.snapshot(end - 1)
         self.next_round = end
         return float(self.env.now)
 
@@ -206,6 +245,7 @@ class Simulation:
                            "arrive_at": t.arrive_at, "completed": t.completed, "refused": t.frame is None,
                            "data": torch.frombuffer(bytearray(t.data), dtype=torch.uint8)}
                           for _, t in sorted(self.in_flight.items())],
+            **({} if self.energy is None else {"energy": self.energy.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,6 +259,8 @@ class Simulation:
         self.recorder.load_state_dict(state["recorder"])
         self.rng.bit_generator.state = json.loads(state["rng"])
         self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
+        if self.energy is not None:
+            self.energy.load_state_dict(state["energy"])
         self.in_flight.clear()
         for t in state["in_flight"]:
             data = t["data"].numpy().tobytes()

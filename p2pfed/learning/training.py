@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,22 @@ from p2pfed.learning.sgd import sgd_step
 # An optional extra term added to the cross-entropy (FedProx, Ditto, prototype regularisers).
 # It receives the model, the batch inputs, the batch labels and the logits.
 ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# While set (``counting_work``), every ``train_epochs`` call notes what it trained: (model,
+# samples, epochs). The energy model uses it for the work a method does inside ``train`` itself.
+_WORK: ContextVar[list[tuple[nn.Module, int, int]] | None] = ContextVar("p2pfed_training_work", default=None)
+
+
+@contextmanager
+def counting_work() -> Iterator[list[tuple[nn.Module, int, int]]]:
+    """Note the (model, samples, epochs) of every training run in this block."""
+    log: list[tuple[nn.Module, int, int]] = []
+    token = _WORK.set(log)
+    try:
+        yield log
+    finally:
+        _WORK.reset(token)
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,8 @@ def train_epochs(
     n = int(x.shape[0])
     if n == 0:
         return float("nan")
+    if (work := _WORK.get()) is not None:
+        work.append((model, n, config.epochs if epochs is None else epochs))
     with model_randomness(model_generator):
         return _train_epochs(model, x, y, config, generator, extra_loss, epochs, trainable)
 

@@ -13,12 +13,14 @@ COMPARISON_COLUMNS = ["algorithm", "f1_macro_mean", "f1_macro_std", "loss_mean",
 GENERALIZATION = "generalization_f1_mean"   # a column only when the runs measured it
 # F1 after the fusion and after the training (the round runtimes score both): they can rank differently
 PROTOCOL_F1 = ["f1_after_fusion_mean", "f1_after_training_mean"]
+# joules per device, radio and arithmetic apart: columns only when the runs model energy (``devices``)
+ENERGY = ["j_per_device", "comm_j_per_device", "compute_j_per_device"]
 
 
 def comparison_columns(rows: list[dict[str, Any]]) -> list[str]:
     """The table's columns: the fixed ones, and after the headline F1 each optional one the rows have."""
     columns = list(COMPARISON_COLUMNS)
-    extra = [c for c in [*PROTOCOL_F1, GENERALIZATION] if any(c in r for r in rows)]
+    extra = [c for c in [*PROTOCOL_F1, GENERALIZATION, *ENERGY] if any(c in r for r in rows)]
     at = columns.index("f1_macro_std") + 1
     return columns[:at] + extra + columns[at:]
 
@@ -28,7 +30,11 @@ def comparison_row(summary: dict[str, Any]) -> dict[str, Any]:
     return {"algorithm": summary["algorithm"], **summary["final"],
             "bytes_per_device_per_round": comm["bytes_per_device_per_round"],
             "msg_vs_full_model": comm["bytes_per_message_vs_full_model"],
-            "messages_dropped": comm["messages_dropped"], "wall_time_s": summary["wall_time_s"]}
+            "messages_dropped": comm["messages_dropped"], "wall_time_s": summary["wall_time_s"],
+            **({} if "energy" not in summary else {
+                "j_per_device": summary["energy"]["total_j_per_device"],
+                "comm_j_per_device": summary["energy"]["comm_j_per_device"],
+                "compute_j_per_device": summary["energy"]["compute_j_per_device"]})}
 
 
 def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

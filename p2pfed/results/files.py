@@ -116,15 +116,33 @@ def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _more(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """Columns some rows carry beyond ``columns`` (the energy model's), in first-seen order."""
+    known = set(columns)
+    out: list[str] = []
+    for row in rows:
+        out += [k for k in row if k not in known and k not in out]
+    return out
+
+
 def write_run(out_dir: Path, summary: dict[str, Any], recorder: Recorder, names: list[str],
-              title_suffix: str = "", dataset: dict[str, Any] | None = None) -> None:
+              title_suffix: str = "", dataset: dict[str, Any] | None = None,
+              round_columns: dict[int, dict[str, Any]] | None = None,
+              device_columns: list[dict[str, Any]] | None = None) -> None:
     """All files of one run into ``out_dir`` (created if needed); ``dataset``: the federation's
     account (partition, per-device class counts) for ``dataset.json``, so a result says which
-    data split it was measured on."""
+    data split it was measured on; ``round_columns`` (by rounds.csv's 1-based round) and
+    ``device_columns`` (by device, in order): more columns for rounds.csv and devices.csv (the
+    energy model's, when a scenario has one)."""
     if dataset is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         write_json(Path(out_dir) / "dataset.json", dataset, indent=1)
-    write_results_files(out_dir, summary, recorder.rows, device_rows(recorder, names),
+    rows, devices = recorder.rows, device_rows(recorder, names)
+    if round_columns is not None:
+        rows = [{**row, **round_columns.get(row["round"], {})} for row in rows]
+    if device_columns is not None:
+        devices = [{**row, **more} for row, more in zip(devices, device_columns, strict=True)]
+    write_results_files(out_dir, summary, rows, devices,
                         title=f"{summary['scenario']} — {summary['algorithm']}{title_suffix}")
 
 
@@ -137,8 +155,8 @@ def write_results_files(out_dir: Path, summary: dict[str, Any], round_rows: list
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.json").unlink(missing_ok=True)
     extra = [c for c in PROTOCOL_COLUMNS + list(GENERALIZATION_COLUMNS) if any(c in r for r in round_rows)]
-    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS + extra, round_rows)
-    write_csv(out_dir / "devices.csv",
-              DEVICE_COLUMNS + [c for c in DEVICE_PROTOCOL_COLUMNS if any(c in d for d in devices)], devices)
+    write_csv(out_dir / "rounds.csv", ROUND_COLUMNS + extra + _more(round_rows, ROUND_COLUMNS + extra), round_rows)
+    device_columns = DEVICE_COLUMNS + [c for c in DEVICE_PROTOCOL_COLUMNS if any(c in d for d in devices)]
+    write_csv(out_dir / "devices.csv", device_columns + _more(devices, device_columns), devices)
     plot_run(round_rows, out_dir / "plot.png", title=title)
     write_json(out_dir / "summary.json", summary)

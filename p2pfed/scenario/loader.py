@@ -316,6 +316,9 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
     if sc.contacts.kind != "none":
         problems.append(f"{loaded.source}: contacts.kind: real peers run synchronous rounds over the "
                         f"topology; contacts ({sc.contacts.kind!r}) are simulated only")
+    if sc.devices.opted_in():
+        problems.append(f"{loaded.source}: devices: device profiles, energy and batteries are modelled by the "
+                        "simulator only (p2pfed run); real peers use their own hardware; remove the section")
     for field, name in (("algorithm.name", sc.algorithm.name), ("model.name", sc.model.name)):
         if check_imports and is_plugin_name(name):   # each peer is a new process: the code must load there
             try:
@@ -326,12 +329,14 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
 
 
 FILE_FIELDS = (("dataset", "path"), ("topology", "file"), ("contacts", "file"))
+# Files of sections a resolved scenario holds only when it opts in (``dump`` leaves them out otherwise).
+OPTIONAL_FILE_FIELDS = (("devices", "file"),)
 
 
 def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str]:
     """Files a scenario names that do not exist (checked even when other fields are wrong)."""
     problems = []
-    for section, key in FILE_FIELDS:
+    for section, key in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS):
         value = raw.get(section, {}).get(key) if isinstance(raw.get(section), dict) else None
         if isinstance(value, str):
             p = Path(value).expanduser()
@@ -366,6 +371,8 @@ def fingerprint(loaded: LoadedScenario) -> str:
 def dump(loaded: LoadedScenario) -> dict[str, Any]:
     """The fully resolved scenario (defaults filled in), for summary.json and reproducibility."""
     data = copy.deepcopy(loaded.scenario.model_dump())
+    if not loaded.scenario.devices.opted_in():   # a scenario without it reads (and resumes) as before
+        del data["devices"]
     data["algorithm"] = {"name": loaded.scenario.algorithm.name,
                          **algorithm_options(loaded).model_dump()}
     return data

@@ -26,6 +26,7 @@ STREAMS = (
     "class-schedule",   # dynamic data: which classes are hidden and when they return
     "adversaries",      # which devices lie (adversaries[].fraction)
     "attack",           # per adversary: its attack's own noise (index: device id)
+    "device-profiles",  # which device class each device is (devices.profiles fractions)
 )
 
 

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from p2pfed.energy.profiles import PROFILES
+
 
 STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 MAX_SEED = 2**32 - 1          # numpy and torch both take it; larger seeds overflow torch's
@@ -363,6 +365,62 @@ class AdversarySection(Section):
         return self
 
 
+class ProfileEntry(Section):
+    """One device class of ``devices.profiles`` and the share of the devices it gets."""
+
+    name: str = Field(min_length=1, description="a named class (PROFILES), or your own label")
+    fraction: float = Field(gt=0, le=1, description="share of the devices, drawn from the seed")
+    flops_per_s: float | None = Field(default=None, gt=0, description="training throughput")
+    joules_per_flop: float | None = Field(default=None, ge=0, description="compute energy")
+    battery_j: float | None = Field(default=None, gt=0, description="battery capacity (none: unlimited)")
+
+    @model_validator(mode="after")
+    def _figures_known(self) -> ProfileEntry:
+        if self.name not in PROFILES and (self.flops_per_s is None or self.joules_per_flop is None):
+            raise ValueError(f"devices.profiles: {self.name!r} is not a named class ({', '.join(sorted(PROFILES))}); "
+                             "give flops_per_s and joules_per_flop for a class of your own")
+        return self
+
+
+class RadioSection(Section):
+    """A radio of your own: joules per byte sent and received, and per transfer (tail)."""
+
+    send_j_per_byte: float = Field(ge=0)
+    receive_j_per_byte: float = Field(ge=0)
+    tail_j: float = Field(default=0.0, ge=0)
+
+
+class DevicesSection(Section):
+    """Devices as they are (issue 34): compute speed and energy per device class, a radio, and
+    batteries. Absent (the default), none of it runs and results are as before."""
+
+    profiles: list[ProfileEntry] = []
+    file: str | None = None          # per-device figures instead of profiles (CSV or YAML)
+    radio: Literal["wifi", "ble", "lte"] | RadioSection | None = None
+    battery_j: float | None = Field(default=None, gt=0)   # every device's capacity unless its class gives one
+    recharge_every_s: float | None = Field(default=None, gt=0)
+    recharge_at_s: float | None = Field(default=None, ge=0)   # the first recharge (default: recharge_every_s)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DevicesSection:
+        if self.profiles and self.file is not None:
+            raise ValueError("devices: give profiles (classes by fraction) or file (per-device figures), not both")
+        if self.profiles and abs(sum(p.fraction for p in self.profiles) - 1.0) > 1e-6:
+            raise ValueError(f"devices.profiles: the fractions must sum to 1, got "
+                             f"{sum(p.fraction for p in self.profiles):g}")
+        if len({p.name for p in self.profiles}) != len(self.profiles):
+            raise ValueError("devices.profiles: each class once (names repeat)")
+        if self.recharge_at_s is not None and self.recharge_every_s is None:
+            raise ValueError("devices.recharge_at_s needs devices.recharge_every_s")
+        if self.recharge_every_s is not None and self.battery_j is None and self.file is None \
+                and not any(p.battery_j is not None for p in self.profiles):
+            raise ValueError("devices.recharge_every_s: no device has a battery (set devices.battery_j)")
+        return self
+
+    def opted_in(self) -> bool:
+        return self != DevicesSection()
+
+
 class Scenario(Section):
     name: str = "scenario"
     description: str = ""
@@ -381,6 +439,7 @@ class Scenario(Section):
     forwarding: ForwardingSection = ForwardingSection()
     churn: ChurnSection = ChurnSection()
     adversaries: list[AdversarySection] = []
+    devices: DevicesSection = DevicesSection()
 
     @model_validator(mode="after")
     def _sections_agree(self) -> Scenario:

@@ -23,8 +23,8 @@ import yaml
 
 from p2pfed.algorithms import algorithm_class
 from p2pfed.results.files import folder_label
-from p2pfed.scenario.loader import (FILE_FIELDS, LoadedScenario, ScenarioError, apply_override, dump,
-                                   load_scenario, user_code, validate)
+from p2pfed.scenario.loader import (FILE_FIELDS, OPTIONAL_FILE_FIELDS, LoadedScenario, ScenarioError, apply_override,
+                                   dump, load_scenario, user_code, validate)
 from p2pfed.sweeps.spec import Sweep, SweepError
 
 
@@ -100,8 +100,8 @@ def cell_id(loaded: LoadedScenario) -> str:
     a new cell."""
     resolved = dump(loaded)
     files = {}
-    for section, key in FILE_FIELDS:
-        path = loaded.resolve(resolved[section][key])
+    for section, key in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS):
+        path = loaded.resolve(resolved.get(section, {}).get(key))
         if path is not None:
             stat = path.stat()
             files[f"{section}.{key}"] = _file_digest(str(path.resolve()), stat.st_mtime_ns, stat.st_size)

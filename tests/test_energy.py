@@ -1,0 +1,271 @@
+"""Devices as they are (issue 34): a step's simulated time and compute energy follow its work, a
+byte costs what its radio's figure says, an empty battery stops its device and the run goes on,
+and a scenario without a ``devices`` section never touches any of it."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from p2pfed.energy import PROFILES, RADIOS
+from p2pfed.energy.work import training_flops
+from p2pfed.engine.runner import Checkpointing, run_scenario
+from p2pfed.learning.model import build_model
+from p2pfed.scenario.build import load_scenario_dataset
+from p2pfed.scenario.loader import ScenarioError, load_scenario
+from tests.conftest import ROOT
+
+SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
+# Six devices on a complete graph, 48 training samples each, a 16-32 MLP, whole-model gossip
+# (the cheapest method that communicates): about a second a run.
+SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=16", "model.hidden=[16,32]",
+         "rounds=4", "algorithm.name=gossip-avg", "engine.torch_threads=1"]
+CONTACTS = ["contacts.kind=poisson", "contacts.mean_intercontact_s=100", "contacts.mean_duration_s=30",
+            "contacts.duration_s=600", "asynchronous.train_period_s=60", "evaluation.every_s=150"]
+SLOW = "devices.profiles=[{name: slow, fraction: 1.0, flops_per_s: 1.0e5, joules_per_flop: 2.0e-9}]"
+
+
+def _untouchable(*_args, **_kw):
+    raise AssertionError("the energy model ran for a scenario that did not opt in")
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The small scenario without a devices section, run with every entry to the energy model
+    made to fail: its results, and the proof that nothing of the model ran."""
+    from p2pfed.device import loop
+    from p2pfed.engine.energy import EnergyMeter
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EnergyMeter, "__init__", _untouchable)
+        mp.setattr(loop, "training_flops", _untouchable)
+        mp.setattr(loop, "counting_work", _untouchable)
+        return _run(tmp_path_factory.mktemp("plain"), "plain", [])
+
+
+@pytest.fixture(scope="module")
+def lte(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("lte"), "lte", ["devices.radio=lte"])
+
+
+def _run(tmp_path: Path, name: str, overrides: list[str]) -> tuple[dict, list[dict], list[dict]]:
+    out = tmp_path / name
+    summary = run_scenario(load_scenario(SCENARIO, SMALL + overrides), out, progress=False)
+    assert summary is not None
+    return summary, _csv(out / "devices.csv"), _csv(out / "rounds.csv")
+
+
+def _csv(path: Path) -> list[dict]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# -- opting out -----------------------------------------------------------------------------------
+def test_a_scenario_without_devices_never_touches_the_energy_model(plain, tmp_path, monkeypatch):
+    from p2pfed.device import loop
+    from p2pfed.engine.energy import EnergyMeter
+
+    monkeypatch.setattr(EnergyMeter, "__init__", _untouchable)
+    monkeypatch.setattr(loop, "training_flops", _untouchable)
+    monkeypatch.setattr(loop, "counting_work", _untouchable)
+    for summary, devices, rounds in [plain, _run(tmp_path, "contacts", CONTACTS)]:
+        assert "energy" not in summary and "devices" not in summary["config"]
+        assert "energy_j" not in devices[0] and "energy_j" not in rounds[0]
+    with pytest.raises(AssertionError, match="did not opt in"):   # and the trap does catch a run that does
+        _run(tmp_path, "radio", ["devices.radio=wifi"])
+
+
+def test_a_radio_alone_only_observes_every_number_stays_as_it_was(plain, lte):
+    (base, base_devices, base_rounds), (radio, radio_devices, radio_rounds) = plain, lte
+    assert radio["final"] == base["final"] and radio["comm"] == base["comm"]
+    for ours, theirs in [(radio_devices, base_devices), (radio_rounds, base_rounds)]:
+        assert [{k: row[k] for k in theirs[0]} for row in ours] == theirs
+    assert radio["energy"]["comm_j_total"] > 0 and radio["energy"]["compute_j_total"] == 0
+
+
+# -- compute from the work -------------------------------------------------------------------------
+def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(plain, tmp_path):
+    runs = {}
+    for per_class in (16, 32):
+        overrides = [f"dataset.synthetic.samples_per_class={per_class}", SLOW]
+        loaded = load_scenario(SCENARIO, SMALL + overrides)
+        samples = [len(d.y_train) for d in load_scenario_dataset(loaded).devices]
+        runs[per_class] = (samples, *_run(tmp_path, f"n{per_class}", overrides))
+    (small, s_sum, s_dev, _), (large, l_sum, l_dev, _) = runs[16], runs[32]
+    assert large == [2 * n for n in small]                       # the data doubled, device by device
+    macs = 16 * 16 + 16 * 32 + 32 * 4                              # the MLP's multiply-adds per sample
+    model = build_model(16, 4, [16, 32], seed=0)
+    assert training_flops(model, small[0], 1) == 6 * macs * small[0]
+    for i, n in enumerate(small):
+        steps = 4                                                  # one per round, every device takes part
+        assert float(s_dev[i]["compute_s"]) == pytest.approx(steps * 6 * macs * n / 1e5, rel=1e-6)
+        assert float(l_dev[i]["compute_s"]) == pytest.approx(2 * float(s_dev[i]["compute_s"]), rel=1e-6)
+        assert float(l_dev[i]["energy_compute_j"]) == pytest.approx(2 * float(s_dev[i]["energy_compute_j"]),
+                                                                    rel=1e-6)
+        assert float(s_dev[i]["energy_compute_j"]) == pytest.approx(steps * 6 * macs * n * 2e-9, rel=1e-5)
+    # and the runtime waited for it: a share leaves when its step is done, so messages take the
+    # step's time longer to arrive (2.58 s more, then 5.16 s more, than the bare links take)
+    bare = plain[0]["comm"]["delivery_time_s"]["median"]
+    step = 6 * macs * small[0] / 1e5
+    assert s_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + step, rel=0.03)
+    assert l_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + 2 * step, rel=0.03)
+
+
+# -- energy per byte --------------------------------------------------------------------------------
+def test_a_byte_over_lte_costs_the_presets_figure(lte):
+    summary, devices, rounds = lte
+    lte = RADIOS["lte"]
+    assert lte.send_j_per_byte == pytest.approx(2.0 * 8 / 6e6)       # 2 W at a 6 Mbit/s uplink
+    assert lte.receive_j_per_byte == pytest.approx(1.5 * 8 / 13e6)   # 1.5 W at a 13 Mbit/s downlink
+    energy = summary["energy"]
+    assert energy["radio"]["send_j_per_byte"] == lte.send_j_per_byte
+    sent = [int(d["bytes_sent"]) + int(d["bytes_wasted"]) for d in devices]   # the recorder's counts
+    received = [int(d["bytes_received"]) for d in devices]
+    assert sum(sent) == summary["comm"]["bytes_sent_total"] > 0
+    for d, s, r in zip(devices, sent, received, strict=True):
+        assert float(d["energy_comm_j"]) == pytest.approx(s * lte.send_j_per_byte + r * lte.receive_j_per_byte,
+                                                          rel=1e-5)
+    assert energy["comm_j_total"] == pytest.approx(sum(sent) * lte.send_j_per_byte
+                                                   + sum(received) * lte.receive_j_per_byte, rel=1e-6)
+    assert float(rounds[-1]["energy_comm_j"]) == pytest.approx(energy["comm_j_total"], rel=1e-6)
+    assert [float(r["energy_comm_j"]) for r in rounds] == sorted(float(r["energy_comm_j"]) for r in rounds)
+
+
+# -- batteries ---------------------------------------------------------------------------------------
+def _battery_file(tmp_path: Path, capacity_j: float) -> str:
+    path = tmp_path / "devices.csv"
+    rows = ["device,profile,battery_j"] + [f"{i},phone-2019,{capacity_j if i == 0 else ''}" for i in range(6)]
+    path.write_text("\n".join(rows) + "\n")
+    return f"devices.file={path}"
+
+
+def test_an_empty_battery_stops_the_device_and_the_run_goes_on(tmp_path):
+    summary, devices, rounds = _run(tmp_path, "battery", ["rounds=6", "devices.radio=lte",
+                                                           _battery_file(tmp_path, 0.1)])
+    batteries = summary["energy"]["batteries"]
+    assert batteries["devices"] == 1 and batteries["devices_depleted"] == 1 and batteries["powered_at_end"] == 5
+    dead, alive = devices[0], devices[1:]
+    assert dead["depleted_at_s"] != "" and float(dead["battery_left_j"]) == 0.0
+    assert 0 < float(dead["depleted_at_s"]) < 60                  # it ran out during the run
+    assert int(dead["messages_sent"]) < min(int(d["messages_sent"]) for d in alive)
+    # the others trained every round: six steps of work each, more than the stopped device's
+    assert {float(d["compute_s"]) for d in alive} == {float(alive[0]["compute_s"])}
+    assert float(dead["compute_s"]) < float(alive[0]["compute_s"])
+    assert len(rounds) == 6 and float(rounds[-1]["f1_macro_mean"]) > 0
+    assert float(dead["energy_j"]) >= 0.1                          # what it used is what it had, and its last message
+
+
+def test_over_contacts_a_battery_runs_out_and_a_recharge_brings_the_device_back(tmp_path):
+    summary, devices, _ = _run(tmp_path, "contacts", CONTACTS + [
+        "devices.radio=lte", "devices.recharge_every_s=200", _battery_file(tmp_path, 0.03)])
+    batteries = summary["energy"]["batteries"]
+    assert batteries["recharges"] == 2 and batteries["depletions"] >= 2
+    assert 0 < batteries["depleted_fraction"] < 1 / 6
+    assert int(devices[0]["depletions"]) == batteries["depletions"]
+    assert all(int(d["messages_sent"]) > 0 for d in devices[1:])
+
+
+def test_a_method_reads_its_energy_left(tmp_path):
+    method = tmp_path / "frugal.py"
+    method.write_text(
+        "from p2pfed.algorithms.local import Local\n\n"
+        "class Frugal(Local):\n"
+        "    name = 'frugal'\n\n"
+        "    def stats(self):\n"
+        "        return {'energy_left_j': self.ctx.energy_left()}\n")
+    summary, devices, _ = _run(tmp_path, "frugal", [f"algorithm.name={method}:Frugal", SLOW, "rounds=2",
+                                                     "devices.battery_j=50"])
+    used = sum(float(d["energy_j"]) for d in devices) / len(devices)
+    assert summary["algorithm_stats"]["energy_left_j"] == pytest.approx(50 - used, abs=1e-4)
+
+
+# -- checkpoints and the schema ------------------------------------------------------------------------
+def test_energy_and_batteries_survive_a_checkpoint_bit_identical(tmp_path):
+    # One device with a battery (0.05 J: empty after its first round's messages), recharged at 15 s
+    # and 30 s, links slow enough that messages are in flight at the checkpoint. (Not every device:
+    # with all of them stopped in round 1, round 2's fusion averages only artifacts held across the
+    # checkpoint, restored as aligned copies where the whole run averaged the codec's unaligned
+    # views, and there the float rounding differs in the 8th digit; aligning the whole run's
+    # copies makes the two equal, so it is the fusion's, not the energy model's.)
+    overrides = SMALL + ["devices.radio=lte", "devices.recharge_every_s=15", "topology.bandwidth_bps=2.5e3",
+                         _battery_file(tmp_path, 0.05)]
+    whole = run_scenario(load_scenario(SCENARIO, overrides), tmp_path / "whole", progress=False)
+    ckpt = Checkpointing(tmp_path / "run.ckpt", every=1, stop_after_round=2)
+    assert run_scenario(load_scenario(SCENARIO, overrides), None, progress=False, checkpointing=ckpt) is None
+    assert "energy" in torch.load(ckpt.path, weights_only=True)["state"]
+    resumed = run_scenario(load_scenario(SCENARIO, overrides), tmp_path / "resumed", progress=False,
+                           checkpointing=Checkpointing(ckpt.path))
+    assert whole["energy"]["batteries"]["depletions"] >= 1 and whole["energy"]["batteries"]["recharges"] >= 1
+    assert {k: v for k, v in resumed.items() if k != "wall_time_s"} == {k: v for k, v in whole.items()
+                                                                       if k != "wall_time_s"}
+    for name in ("rounds.csv", "devices.csv"):
+        assert (tmp_path / "resumed" / name).read_text() == (tmp_path / "whole" / name).read_text()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["devices.profiles=[{name: watch, fraction: 0.5}]"], "fractions must sum to 1"),
+    (["devices.profiles=[{name: toaster, fraction: 1.0}]"], "not a named class"),
+    (["devices.recharge_every_s=10"], "no device has a battery"),
+    (["devices.radio=carrier-pigeon"], "devices.radio"),
+])
+def test_bad_devices_sections_name_the_field(overrides, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(SCENARIO, overrides)
+
+
+def test_profiles_are_drawn_by_fraction_from_the_seed():
+    assert set(PROFILES) >= {"watch", "phone-2019", "laptop"}
+    from p2pfed.scenario.devices import build_energy_plan
+
+    loaded = load_scenario(SCENARIO, ["devices.profiles=[{name: watch, fraction: 0.25}, "
+                                      "{name: laptop, fraction: 0.75}]"])
+    plan = build_energy_plan(loaded, 12)
+    assert plan is not None and plan.profiles is not None
+    assert [p.name for p in plan.profiles].count("watch") == 3
+    assert build_energy_plan(loaded, 12) == plan                   # same seed, same draw
+
+
+def test_training_a_method_does_inside_train_counts_too(tmp_path):
+    """Ditto trains its personal model inside ``train`` and returns the shared model's job: twice
+    the work of a plain step (48 samples, one epoch, the 16-32 MLP), each step twice as long."""
+    ditto = _run(tmp_path, "ditto", [SLOW, "rounds=2", "algorithm.name=ditto"])[1]
+    plain_step = 6 * (16 * 16 + 16 * 32 + 32 * 4) * 48 / 1e5
+    assert [float(d["compute_s"]) for d in ditto] == pytest.approx([2 * 2 * plain_step] * 6, rel=1e-6)
+
+
+def test_compare_shows_joules_per_device_only_for_runs_that_model_them(plain, lte):
+    from p2pfed.results.compare import comparison_columns, comparison_row
+
+    assert "j_per_device" not in comparison_columns([comparison_row(plain[0])])
+    row = comparison_row(lte[0])
+    assert row["j_per_device"] == lte[0]["energy"]["total_j_per_device"] > 0
+    assert {"j_per_device", "comm_j_per_device", "compute_j_per_device"} <= set(comparison_columns([row]))
+
+
+def test_real_peers_refuse_a_devices_section():
+    from p2pfed.scenario.loader import launch_problems
+
+    assert not launch_problems(load_scenario(SCENARIO), check_imports=False)
+    problems = launch_problems(load_scenario(SCENARIO, ["devices.radio=ble"]), check_imports=False)
+    assert len(problems) == 1 and "devices: device profiles, energy and batteries" in problems[0]
+
+
+def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_file_hashes_it(tmp_path):
+    """The cell id hashes the resolved scenario and its files: without a devices section it is
+    what it was before the section existed (committed sweeps resume); a devices file is hashed."""
+    import hashlib
+    import json
+
+    from p2pfed.scenario.loader import dump
+    from p2pfed.sweeps.cells import cell_id
+
+    loaded = load_scenario(SCENARIO)
+    text = json.dumps({"scenario": dump(loaded), "files": {}}, sort_keys=True, default=str)
+    assert "devices" not in dump(loaded) and cell_id(loaded) == hashlib.sha256(text.encode()).hexdigest()
+    file_option = _battery_file(tmp_path, 1.0)
+    before = cell_id(load_scenario(SCENARIO, [file_option]))
+    (tmp_path / "devices.csv").write_text((tmp_path / "devices.csv").read_text().replace("1.0", "2.0"))
+    assert cell_id(load_scenario(SCENARIO, [file_option])) != before
