@@ -121,13 +121,16 @@ ModelFactory = Callable[..., nn.Module]
 
 
 def model_factory(name: str, search: Sequence[Path] = ()) -> ModelFactory | None:
-    """The factory ``model.name`` names: None for ``mlp`` (built by ``build_model``), else a
-    user's ``module:function`` / ``path/to/file.py:function`` or an installed package's
-    ``p2pfed.models`` entry point. It is called as ``factory(input_size, num_classes, generator,
-    **model.options)`` and returns a ``torch.nn.Module`` mapping (batch, input_size) to
-    (batch, num_classes) logits."""
+    """The factory ``model.name`` names: None for ``mlp`` (built by ``build_model``), the
+    built-in ``cnn`` (``learning/cnn.py``), else a user's ``module:function`` /
+    ``path/to/file.py:function`` or an installed package's ``p2pfed.models`` entry point. It is
+    called as ``factory(input_size, num_classes, generator, **model.options)`` and returns a
+    ``torch.nn.Module`` mapping (batch, input_size) to (batch, num_classes) logits."""
     if name == "mlp":
         return None
+    if name == "cnn":   # built in: p2pfed/learning/cnn.py
+        from p2pfed.learning.cnn import make_cnn
+        return make_cnn
     found = load_object(name, search, what="model.name") if is_plugin_name(name) else entry_point(ENTRY_POINTS, name)
     if found is None:
         raise PluginError(f"model.name: unknown model {name!r}; use mlp, or name your own factory as "

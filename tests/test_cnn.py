@@ -1,0 +1,57 @@
+"""``model.name: cnn`` (issue 33, goal 1): a small CNN with batch norm over 2-D images or 1-D
+sensor windows, run by the methods that take any model, refused in one line by those that work on
+the MLP's units, and resumed from a checkpoint bit for bit (batch norm's buffers included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from p2pfed.engine.runner import Checkpointing, run_scenario
+from p2pfed.learning.cnn import CNN, make_cnn
+from p2pfed.scenario.loader import ScenarioError, load_scenario
+
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "digits-cnn.yaml"
+SMALL = ["rounds=4", "dataset.partition.num_devices=8", "topology.k=4", "evaluation.every=1", "model.options.channels=[4, 8]"]
+
+
+def test_the_cnn_views_flat_rows_as_images_or_windows():
+    image = make_cnn(64, 10, torch.Generator(), shape=[1, 8, 8])
+    assert any(isinstance(m, nn.Conv2d) for m in image.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in image.modules())
+    assert image(torch.randn(5, 64)).shape == (5, 10) and image.features(torch.randn(5, 64)).shape == (5, 32)
+    window = make_cnn(3 * 20, 6, torch.Generator(), shape=[3, 20], channels=[8])
+    assert any(isinstance(m, nn.Conv1d) for m in window.modules())
+    assert window(torch.randn(2, 60)).shape == (2, 6) and isinstance(window.head, nn.Linear)
+    assert make_cnn(49, 2, torch.Generator()).shape == (1, 7, 7)        # square input: one-channel image
+    assert make_cnn(10, 2, torch.Generator()).shape == (1, 10)          # otherwise one-channel series
+    with pytest.raises(ValueError, match=r"model.options.shape \[2, 8, 8\] holds 128 values"):
+        CNN(64, 10, [2, 8, 8], [4], 3)
+    with pytest.raises(ValueError, match="kernel a positive odd size"):
+        CNN(64, 10, [1, 8, 8], [4], 2)
+
+
+def test_methods_that_take_any_model_run_it_and_the_unit_methods_refuse_it():
+    summary = run_scenario(load_scenario(SCENARIO, [*SMALL, "algorithm.name=gossip-avg"]), progress=False)
+    assert summary is not None and summary["final"]["f1_macro_mean"] > 0.1
+    with pytest.raises(ScenarioError, match="fedsub works on the units of the MLP's layers"):
+        load_scenario(SCENARIO, [*SMALL, "algorithm.name=fedsub"])
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+@pytest.mark.parametrize("name", ["gossip-avg", "fedper"])
+def test_a_cnn_run_stopped_and_resumed_ends_bit_identical(name, tmp_path):
+    """Batch norm's running statistics are buffers each device keeps: the checkpoint must carry them."""
+    loaded = load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"])
+    whole = run_scenario(loaded, tmp_path / "whole", progress=False)
+    ckpt = Checkpointing(tmp_path / "run.ckpt", every=1, stop_after_round=2)
+    assert run_scenario(load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"]), None, progress=False,
+                        checkpointing=ckpt) is None
+    resumed = run_scenario(load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"]), tmp_path / "resumed",
+                           progress=False, checkpointing=Checkpointing(ckpt.path))
+    assert whole is not None and resumed is not None
+    assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
+    assert (tmp_path / "resumed" / "devices.csv").read_text() == (tmp_path / "whole" / "devices.csv").read_text()
