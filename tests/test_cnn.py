@@ -15,7 +15,8 @@ from p2pfed.learning.cnn import CNN, make_cnn
 from p2pfed.scenario.loader import ScenarioError, load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "digits-cnn.yaml"
-SMALL = ["rounds=4", "dataset.partition.num_devices=8", "topology.k=4", "evaluation.every=1", "model.options.channels=[4, 8]"]
+SMALL = ["rounds=4", "dataset.partition.num_devices=8", "topology.k=4", "evaluation.every=1",
+         "model.options.channels=[4, 8]"]
 
 
 def test_the_cnn_views_flat_rows_as_images_or_windows():

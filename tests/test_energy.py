@@ -269,3 +269,23 @@ def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_
     before = cell_id(load_scenario(SCENARIO, [file_option]))
     (tmp_path / "devices.csv").write_text((tmp_path / "devices.csv").read_text().replace("1.0", "2.0"))
     assert cell_id(load_scenario(SCENARIO, [file_option])) != before
+
+
+def test_sweep_tables_show_joules_only_when_the_cells_model_energy():
+    """sweep.csv and summary.csv gain joules per device (total, radio, compute) from cells with an
+    energy account; a sweep without one keeps its columns."""
+    from types import SimpleNamespace
+
+    from p2pfed.sweeps.aggregate import (CellResult, models_energy, summary_columns, summary_rows, sweep_columns,
+                                         sweep_rows)
+    point = SimpleNamespace(method="fedsub", seed=1, values=(), cell=SimpleNamespace(folder="c1"))
+    energy = {"total_j_per_device": 0.5, "comm_j_per_device": 0.4, "compute_j_per_device": 0.1}
+    with_energy = [CellResult(point, "done", summary={"final": {"f1_macro_mean": 0.8}, "energy": energy})]
+    without = [CellResult(point, "done", summary={"final": {"f1_macro_mean": 0.8}})]
+    assert models_energy(with_energy) and not models_energy(without)
+    assert "joules_per_device" not in sweep_columns([], models_energy(without))
+    row = sweep_rows(with_energy)[0]
+    columns = ("joules_per_device", "comm_joules_per_device", "compute_joules_per_device")
+    assert tuple(row[c] for c in columns) == (0.5, 0.4, 0.1)
+    assert "joules_per_device_mean" in summary_columns([], True)
+    assert summary_rows(with_energy, [])[0]["joules_per_device_mean"] == 0.5

@@ -47,6 +47,13 @@ CELL_METRICS = {
     "sim_time_s": ("sim_time_s",),
     "wall_time_s": ("wall_time_s",),
 }
+# sweep.csv columns of runs that model energy (a scenario's ``devices`` section), only in sweeps
+# that have any: every other sweep's tables keep their columns
+ENERGY_METRICS = {
+    "joules_per_device": ("energy", "total_j_per_device"),
+    "comm_joules_per_device": ("energy", "comm_j_per_device"),
+    "compute_joules_per_device": ("energy", "compute_j_per_device"),
+}
 # summary.csv: short name -> sweep.csv column, each given as mean, std, ci_low, ci_high
 SUMMARY_METRICS = {"f1": "f1_macro_mean", "f1_after_fusion": "f1_after_fusion_mean",
                    "f1_after_training": "f1_after_training_mean", "f1_present": "f1_present_mean",
@@ -88,8 +95,13 @@ def value_text(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=math.inf).removesuffix("\n").removesuffix("\n...")
 
 
-def sweep_columns(keys: list[str]) -> list[str]:
-    return ["method", *keys, "seed", "cell", "status", "error", *CELL_METRICS]
+def models_energy(results: list[CellResult]) -> bool:
+    """Whether any finished cell has an energy account (then the tables show joules)."""
+    return any(r.summary is not None and "energy" in r.summary for r in results)
+
+
+def sweep_columns(keys: list[str], energy: bool = False) -> list[str]:
+    return ["method", *keys, "seed", "cell", "status", "error", *CELL_METRICS, *(ENERGY_METRICS if energy else ())]
 
 
 def sweep_rows(results: list[CellResult]) -> list[dict[str, Any]]:
@@ -98,7 +110,7 @@ def sweep_rows(results: list[CellResult]) -> list[dict[str, Any]]:
         row = {"method": r.point.method, **{k: value_text(v) for k, v in r.point.values},
                "seed": r.point.seed, "cell": r.point.cell.folder, "status": r.status, "error": r.error}
         if r.summary is not None:
-            row.update({col: _dig(r.summary, path) for col, path in CELL_METRICS.items()})
+            row.update({col: _dig(r.summary, path) for col, path in (CELL_METRICS | ENERGY_METRICS).items()})
         rows.append(row)
     return rows
 
@@ -126,9 +138,10 @@ def mean_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[fl
     return mean, std, float(low), float(high)
 
 
-def summary_columns(keys: list[str]) -> list[str]:
-    return ["method", *keys, "n", "failed",
-            *(f"{m}_{s}" for m in SUMMARY_METRICS for s in ("mean", "std", "ci_low", "ci_high"))]
+def summary_columns(keys: list[str], energy: bool = False) -> list[str]:
+    metrics = [*SUMMARY_METRICS, *(["joules_per_device"] if energy else [])]
+    stats_ = ("mean", "std", "ci_low", "ci_high")
+    return ["method", *keys, "n", "failed", *(f"{m}_{s}" for m in metrics for s in stats_)]
 
 
 def summary_rows(results: list[CellResult], keys: list[str]) -> list[dict[str, Any]]:
@@ -141,8 +154,9 @@ def summary_rows(results: list[CellResult], keys: list[str]) -> list[dict[str, A
         done = [r for r in members if r.summary is not None]
         row: dict[str, Any] = {"method": method, **dict(zip(keys, values)), "n": len(done),
                                "failed": sum(r.status == "failed" for r in members)}
-        for name, column in SUMMARY_METRICS.items():
-            numbers = mean_ci(_dig(r.summary, CELL_METRICS[column]) for r in done)
+        paths = {name: CELL_METRICS[column] for name, column in SUMMARY_METRICS.items()}
+        for name, path in (paths | {"joules_per_device": ENERGY_METRICS["joules_per_device"]}).items():
+            numbers = mean_ci(_dig(r.summary, path) for r in done)
             row.update({f"{name}_{s}": _round(v) for s, v in zip(("mean", "std", "ci_low", "ci_high"), numbers)})
         rows.append(row)
     return rows

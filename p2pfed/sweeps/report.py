@@ -12,8 +12,8 @@ from p2pfed.results.compare import format_table
 from p2pfed.results.files import write_csv
 from p2pfed.results.provenance import describe
 from p2pfed.sweeps import store
-from p2pfed.sweeps.aggregate import (collect, curves, summary_columns, summary_rows, sweep_columns,
-                                    sweep_rows)
+from p2pfed.sweeps.aggregate import (collect, curves, models_energy, summary_columns, summary_rows,
+                                    sweep_columns, sweep_rows)
 from p2pfed.sweeps.paired import COLUMNS as PAIRED_COLUMNS
 from p2pfed.sweeps.paired import paired_rows
 from p2pfed.sweeps.plots import plot_curves, plot_sweep
@@ -28,9 +28,10 @@ def build_report(out: Path) -> str:
         raise SweepError([f"{out}: not a sweep folder (no {store.MANIFEST}; `p2pfed sweep` writes one)"])
     name, keys, points = store.read_manifest(out)
     results = collect(out, points)
-    write_csv(out / "sweep.csv", sweep_columns(keys), sweep_rows(results))
+    energy = models_energy(results)
+    write_csv(out / "sweep.csv", sweep_columns(keys, energy), sweep_rows(results))
     rows = summary_rows(results, keys)
-    write_csv(out / "summary.csv", summary_columns(keys), rows)
+    write_csv(out / "summary.csv", summary_columns(keys, energy), rows)
     write_csv(out / "paired.csv", PAIRED_COLUMNS, paired_rows(results))
     plot_sweep(rows, keys, out / "sweep.png", title=name)
     x, panels = curves(results)
