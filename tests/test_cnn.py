@@ -56,3 +56,13 @@ def test_a_cnn_run_stopped_and_resumed_ends_bit_identical(name, tmp_path):
     assert whole is not None and resumed is not None
     assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
     assert (tmp_path / "resumed" / "devices.csv").read_text() == (tmp_path / "whole" / "devices.csv").read_text()
+
+
+def test_a_cnn_training_step_counts_its_convolutions():
+    """The energy model's work of a CNN sample: each convolution's outputs times its inputs per
+    output, plus the head (8x8 input, 4 then 8 channels, 3x3 kernels, a 2-wide pooling after each)."""
+    from p2pfed.energy.work import forward_macs
+    model = make_cnn(64, 10, torch.Generator(), shape=[1, 8, 8], channels=[4, 8])
+    expected = 4 * 8 * 8 * (1 * 9) + 8 * 4 * 4 * (4 * 9) + 8 * 10
+    assert forward_macs(model, 64) == expected
+    assert model.training   # counting leaves the model's mode as it was

@@ -263,8 +263,10 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
             if work is not None:
                 training.append(work)
             if loop.count_work:
-                trained = [*inline, *([] if work is None else [(work.model, int(work.x.shape[0]), work.num_epochs)])]
-                loop.work_flops = sum(training_flops(m, n, e) for m, n, e in trained)
+                trained = list(inline)
+                if work is not None:
+                    trained.append((work.model, int(work.x.shape[0]), work.num_epochs, int(work.x.shape[1])))
+                loop.work_flops = sum(training_flops(m, n, e, width) for m, n, e, width in trained)
     if batched:
         train_jobs(training)
     else:

@@ -21,14 +21,16 @@ ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torc
 
 
 # While set (``counting_work``), every ``train_epochs`` call notes what it trained: (model,
-# samples, epochs). The energy model uses it for the work a method does inside ``train`` itself.
-_WORK: ContextVar[list[tuple[nn.Module, int, int]] | None] = ContextVar("p2pfed_training_work", default=None)
+# samples, epochs, input width). The energy model uses it for the work a method does inside
+# ``train`` itself.
+Work = tuple[nn.Module, int, int, int]
+_WORK: ContextVar[list[Work] | None] = ContextVar("p2pfed_training_work", default=None)
 
 
 @contextmanager
-def counting_work() -> Iterator[list[tuple[nn.Module, int, int]]]:
-    """Note the (model, samples, epochs) of every training run in this block."""
-    log: list[tuple[nn.Module, int, int]] = []
+def counting_work() -> Iterator[list[Work]]:
+    """Note the (model, samples, epochs, input width) of every training run in this block."""
+    log: list[Work] = []
     token = _WORK.set(log)
     try:
         yield log
@@ -75,7 +77,7 @@ def train_epochs(
     if n == 0:
         return float("nan")
     if (work := _WORK.get()) is not None:
-        work.append((model, n, config.epochs if epochs is None else epochs))
+        work.append((model, n, config.epochs if epochs is None else epochs, int(x.shape[1])))
     with model_randomness(model_generator):
         return _train_epochs(model, x, y, config, generator, extra_loss, epochs, trainable)
 
