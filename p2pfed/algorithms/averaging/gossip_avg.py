@@ -61,10 +61,10 @@ class GossipAvg(Algorithm):
     def stats(self) -> dict[str, Any]:
         """With ``robust``: the robust fusions and the share of peer models Krum did not select or
         clipping shortened (the defence seen acting)."""
-        n = self.robust_counts
+        n, out = self.robust_counts, super().stats()   # the next class's in a method's MRO (ProtoHAR's)
         if self.options.robust == "none":
-            return {}
-        return {"robust_fusions": n["fusions"],
+            return out
+        return {**out, "robust_fusions": n["fusions"],
                 "robust_peer_models_set_aside_fraction": n["set_aside"] / n["peer_models"] if n["peer_models"] else 0.0}
 
     def state_dict(self) -> dict[str, Any]:
