@@ -48,6 +48,7 @@ from p2pfed.algorithms.payloads import Payload as Payload, Received as Received 
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
 from p2pfed.learning.batched_fusion import FusionJob
+from p2pfed.learning.units import has_units
 from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss, TrainingConfig
@@ -69,6 +70,7 @@ class RunFacts:
     rounds: int                 # rounds a device runs (with contacts: trainings expected)
     model_name: str             # ``model.name``: "mlp" or a factory of the user's own
     mlp_layers: int | None      # the MLP's number of Linear layers; None for another model
+    model_units: bool = True    # the model has units per layer (``learning/units.py``: the MLP, the CNN)
 
 
 def run_facts(info: ValidationInfo) -> RunFacts | None:
@@ -96,6 +98,28 @@ class MLPOptions(Options):
             raise ValueError(f"model.name: {facts.method} works on the units of the MLP's layers; use "
                              f"model.name: mlp (got {facts.model_name!r})")
         return self
+
+
+class UnitOptions(Options):
+    """Options of a method that works on the units of a model's layers (neurons of a dense
+    layer, channels of a convolution: ``learning/units.py``): a model without units is refused
+    before the run."""
+
+    @model_validator(mode="after")
+    def _model_has_units(self, info: ValidationInfo) -> UnitOptions:
+        facts = run_facts(info)
+        if facts is not None and not facts.model_units:
+            raise ValueError(f"model.name: {facts.method} works on the units of a model's layers (neurons, "
+                             f"channels); use model.name: mlp or cnn (got {facts.model_name!r})")
+        return self
+
+
+def require_units(ctx: DeviceContext, method: str) -> nn.Module:
+    """The device's model, which must have units (the run-time twin of ``UnitOptions``' check)."""
+    if not has_units(ctx.model):
+        raise ValueError(f"model.name: {method} works on the units of a model's layers (neurons, channels); "
+                         f"use model.name: mlp or cnn (got {ctx.model_name!r})")
+    return ctx.model
 
 
 def require_mlp(ctx: DeviceContext, method: str) -> MLP:

@@ -50,8 +50,10 @@ class CNN(nn.Module):
         conv, norm, pool = ((nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d) if two_d
                             else (nn.Conv1d, nn.BatchNorm1d, nn.MaxPool1d))
         blocks: list[nn.Module] = []
+        self.block_at: list[tuple[int, bool]] = []   # per block: index of its convolution in body, pooled?
         size, width = min(self.shape[1:]), self.shape[0]
         for out in channels:
+            self.block_at.append((len(blocks), size >= 4))
             blocks += [conv(width, out, kernel, padding=kernel // 2), norm(out), nn.ReLU()]
             if size >= 4:
                 blocks.append(pool(2))
@@ -67,6 +69,27 @@ class CNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
+
+    def blocks(self) -> list[tuple[nn.Conv1d | nn.Conv2d, nn.BatchNorm1d | nn.BatchNorm2d, bool]]:
+        """Each block's convolution, batch norm, and whether a 2-wide max pooling follows it."""
+        return [(self.body[at], self.body[at + 1], pooled) for at, pooled in self.block_at]  # type: ignore[misc]
+
+    def unit_layer_params(self) -> list[tuple[str, ...]]:
+        """A block's units are its channels: the rows of its filter, bias and batch norm's scale
+        and shift; the head's are its classes (``learning/units.py``)."""
+        return [*((f"body.{at}.weight", f"body.{at}.bias", f"body.{at + 1}.weight", f"body.{at + 1}.bias")
+                  for at, _ in self.block_at), ("head.weight", "head.bias")]
+
+    def unit_activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """A channel's activation is its block's output (after ReLU and pooling: what the next
+        layer reads) averaged over positions; the last block's are the features, the head's the logits."""
+        h, outs = x.reshape(x.shape[0], *self.shape), []
+        for at, pooled in self.block_at:
+            h = self.body[at + 2](self.body[at + 1](self.body[at](h)))
+            if pooled:
+                h = self.body[at + 3](h)
+            outs.append(h.flatten(2).mean(dim=2))
+        return [*outs, self.head(outs[-1])]
 
 
 def make_cnn(in_features: int, num_classes: int, generator: torch.Generator, *, shape: Sequence[int] | None = None,

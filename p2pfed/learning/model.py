@@ -85,6 +85,13 @@ class MLP(nn.Module):
         outs.append(self.layers[-1](h))
         return outs
 
+    def unit_layer_params(self) -> list[tuple[str, ...]]:
+        """A layer's units are its neurons: rows of its weight and bias (``learning/units.py``)."""
+        return [(f"layers.{i}.weight", f"layers.{i}.bias") for i in range(len(self.layers))]
+
+    def unit_activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.activations(x)
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Penultimate-layer representation f(x), the space prototypes live in."""
         h = x

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from p2pfed.algorithms import RunFacts, algorithm_class
 from p2pfed.learning.model import model_factory
+from p2pfed.learning.units import UNIT_MODELS
 from p2pfed.plugins import check_importable, is_plugin_name, loaded_code
 from p2pfed.scenario.schema import AlgorithmSection, Scenario
 from p2pfed.textfile import read_text
@@ -256,7 +257,8 @@ def _names_its_field(msg: str) -> bool:
 def run_facts_of(scenario: Scenario) -> RunFacts:
     """What a method's options are checked against (``Options`` validators)."""
     return RunFacts(method=scenario.algorithm.name, rounds=scenario.device_rounds(),
-                    model_name=scenario.model.name, mlp_layers=scenario.model.mlp_layers)
+                    model_name=scenario.model.name, mlp_layers=scenario.model.mlp_layers,
+                    model_units=scenario.model.name in UNIT_MODELS)
 
 
 def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:

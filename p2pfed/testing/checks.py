@@ -48,6 +48,7 @@ from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received, RunFa
 from p2pfed.data import FederatedDataset, make_synthetic
 from p2pfed.device import merge_parts
 from p2pfed.learning.training import TrainingConfig
+from p2pfed.learning.units import has_units
 from p2pfed.testing.federation import Federation, fuse_once, make_algorithms, train_once
 
 ROUNDS = 6            # the run a device is told it is in
@@ -72,7 +73,8 @@ class Setup:
     def algorithms(self) -> list[Algorithm]:
         facts = RunFacts(method=self.method.name, rounds=ROUNDS,
                          model_name="mlp" if self.model is None else type(self.model).__name__,
-                         mlp_layers=len(HIDDEN) + 1 if self.model is None else None)
+                         mlp_layers=len(HIDDEN) + 1 if self.model is None else None,
+                         model_units=self.model is None or has_units(self.model))
         self.method.Options.model_validate(self.options, context={"run": facts})
         return make_algorithms(self.method, self.dataset, self.options, seed=self.seed, rounds=ROUNDS,
                                hidden=HIDDEN, model=self.model, training=TrainingConfig(lr=0.1, batch_size=8))
