@@ -191,7 +191,10 @@ def test_robust_class_rows_follow_the_honest_mates_and_count_what_they_set_aside
     counts say how many peer rows Krum left out."""
     import torch
     from p2pfed.algorithms.fedsub.robust_rows import RobustCount, robust_class_rows
-    sizes, width = [3, 2], 4
+    from p2pfed.learning.units import UnitLayer
+    width = 4
+    layers = [UnitLayer(3, ("layers.0.weight", "layers.0.bias"), ((width,), ())),
+              UnitLayer(2, ("layers.1.weight", "layers.1.bias"), ((3,), ()))]
     rng = np.random.default_rng(1)
 
     def model(value: float) -> dict[str, torch.Tensor]:
@@ -203,7 +206,7 @@ def test_robust_class_rows_follow_the_honest_mates_and_count_what_they_set_aside
     units = np.array([[True, True, False, True, False]] * 4)
     for rule, extra in [("median", {}), ("krum", {"byzantine": 1, "select": 1})]:
         count = RobustCount()
-        update, rows = robust_class_rows(mates[0], mates, 0, units, [1.0] * 4, "overlap", sizes, rule, count, **extra)
+        update, rows = robust_class_rows(mates[0], mates, 0, units, [1.0] * 4, "overlap", layers, rule, count, **extra)
         assert rows.tolist() == [True, True, False, True, False]
         assert torch.allclose(update["layers.0.weight"][:2], torch.ones(2, width), atol=0.05), rule
         assert float(update["layers.0.weight"][2].abs().sum()) == 0.0   # not a fused row: left to the targets

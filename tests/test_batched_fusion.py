@@ -9,8 +9,11 @@ import torch
 from p2pfed.learning import batched_fusion
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs, weighted_mean_job
 from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
+from p2pfed.learning.units import UnitLayer
 
 SHAPES = {"layers.0.weight": (9, 5), "layers.0.bias": (9,), "layers.1.weight": (4, 9), "layers.1.bias": (4,)}
+LAYERS = [UnitLayer(9, ("layers.0.weight", "layers.0.bias"), ((5,), ())),
+          UnitLayer(4, ("layers.1.weight", "layers.1.bias"), ((9,), ()))]
 
 
 def _params(rng: np.random.Generator) -> dict[str, torch.Tensor]:
@@ -63,11 +66,11 @@ def test_row_jobs_and_follow_up_work_run_one_at_a_time_after_the_values_are_in()
     rng = np.random.default_rng(2)
     own, members = _params(rng), [_params(rng) for _ in range(3)]
     units = rng.random((3, 9 + 4)) < 0.5
-    job = row_fusion_job(own, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", 2)
+    job = row_fusion_job(own, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", LAYERS)
     seen = []
     job.then.append(lambda: seen.append(own["layers.0.weight"].clone()))
     reference = {k: v.clone() for k, v in own.items()}
-    ref_job = row_fusion_job(reference, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", 2)
+    ref_job = row_fusion_job(reference, members, [ClassCluster([0, 1, 2], units, [1.0, 2.0, 3.0])], "overlap", LAYERS)
     ref_job.run()
     run_fusion_jobs([job])
     assert torch.equal(own["layers.0.weight"], reference["layers.0.weight"])

@@ -12,7 +12,7 @@ from torch import nn
 
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN, make_cnn
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "digits-cnn.yaml"
 SMALL = ["rounds=4", "dataset.partition.num_devices=8", "topology.k=4", "evaluation.every=1",
@@ -35,23 +35,24 @@ def test_the_cnn_views_flat_rows_as_images_or_windows():
         CNN(64, 10, [1, 8, 8], [4], 2)
 
 
-def test_methods_that_take_any_model_run_it_and_the_unit_methods_refuse_it():
+def test_methods_that_take_any_model_run_it():
     summary = run_scenario(load_scenario(SCENARIO, [*SMALL, "algorithm.name=gossip-avg"]), progress=False)
     assert summary is not None and summary["final"]["f1_macro_mean"] > 0.1
-    with pytest.raises(ScenarioError, match="fedsub works on the units of the MLP's layers"):
-        load_scenario(SCENARIO, [*SMALL, "algorithm.name=fedsub"])
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs
-@pytest.mark.parametrize("name", ["gossip-avg", "fedper"])
-def test_a_cnn_run_stopped_and_resumed_ends_bit_identical(name, tmp_path):
-    """Batch norm's running statistics are buffers each device keeps: the checkpoint must carry them."""
-    loaded = load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"])
+@pytest.mark.parametrize("method", [["algorithm.name=gossip-avg"], ["algorithm.name=fedper"],
+                                    ["algorithm.name=fedsub", "algorithm.extraction=lrp-a1b0"]],
+                         ids=["gossip-avg", "fedper", "fedsub-lrp"])
+def test_a_cnn_run_stopped_and_resumed_ends_bit_identical(method, tmp_path):
+    """Batch norm's running statistics are buffers each device keeps: the checkpoint must carry them
+    (FedSub: its subnetworks of channels too)."""
+    loaded = load_scenario(SCENARIO, [*SMALL, *method])
     whole = run_scenario(loaded, tmp_path / "whole", progress=False)
     ckpt = Checkpointing(tmp_path / "run.ckpt", every=1, stop_after_round=2)
-    assert run_scenario(load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"]), None, progress=False,
+    assert run_scenario(load_scenario(SCENARIO, [*SMALL, *method]), None, progress=False,
                         checkpointing=ckpt) is None
-    resumed = run_scenario(load_scenario(SCENARIO, [*SMALL, f"algorithm.name={name}"]), tmp_path / "resumed",
+    resumed = run_scenario(load_scenario(SCENARIO, [*SMALL, *method]), tmp_path / "resumed",
                            progress=False, checkpointing=Checkpointing(ckpt.path))
     assert whole is not None and resumed is not None
     assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()

@@ -92,12 +92,12 @@ def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, m
 
 
 @pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])
-def test_a_method_that_needs_the_mlp_refuses_another_model_in_one_line(method, capsys):
+def test_a_method_that_needs_units_refuses_a_model_without_them_in_one_line(method, capsys):
     code = main(["validate", str(SCENARIO), *_sets([f"algorithm.name={method}", *USER_MODEL])])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 2 and len(out) == 1, out
-    assert out[0] == (f"{SCENARIO}: model.name: {method} works on the units of the MLP's layers; use model.name: "
-                      f"mlp (got '{MODEL}')")
+    assert out[0] == (f"{SCENARIO}: model.name: {method} works on the units of a model's layers (neurons, "
+                      f"channels); use model.name: mlp or cnn (got '{MODEL}')")
 
 
 def test_a_body_head_method_needs_a_declared_head(tmp_path):

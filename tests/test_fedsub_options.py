@@ -307,6 +307,7 @@ dynamic: {devices_fraction: 0.5, max_removed_fraction: 0.7, return_every: 2}
 def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit(repo_root, precision):
     from p2pfed.algorithms.base import ArtifactError, Payload
     from p2pfed.algorithms.fedsub.method import decode_subnetworks, encode_subnetworks
+    from p2pfed.learning.units import unit_layers
     from p2pfed.algorithms.fedsub.subnetworks import union_units
     from p2pfed.transport import Message, decode, encode
     from p2pfed.transport.precision import PRECISION_KEY, reduce_precision, restore_precision
@@ -316,7 +317,7 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
     algo._extract()
     own = algo.own
     model = algo.ctx.model
-    tensors = encode_subnetworks(model, own.units)
+    tensors = encode_subnetworks(dict(model.named_parameters()), unit_layers(model), own.units)
     total_units = 13 + 30 + 4
     assert tensors["units"].dtype == np.uint8 and tensors["units"].shape == (len(own.classes), 6)
     meta, wire = reduce_precision({}, tensors, precision)
@@ -325,7 +326,7 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
     assert {t.dtype for t in msg.tensors.values() if t.dtype.kind == "f" and t.size} == {
         np.dtype(np.float16 if float16 else np.float32)}
     restored = restore_precision(msg.meta.get(PRECISION_KEY), dict(msg.tensors))
-    units, values = decode_subnetworks(model, own.classes, Payload({}, restored))
+    units, values = decode_subnetworks(unit_layers(model), own.classes, Payload({}, restored))
     for c in own.classes:
         assert [u.tolist() for u in units[c]] == [u.tolist() for u in own.units[c]]
     union = union_units(own.units)
@@ -338,7 +339,7 @@ def test_subnetwork_encoding_round_trips_through_the_codec_with_one_bit_per_unit
         assert not bool(sent[~rows].any())
     bad = dict(tensors, units=np.unpackbits(tensors["units"], axis=1, count=total_units).astype(bool))
     with pytest.raises(ArtifactError, match="units"):
-        decode_subnetworks(model, own.classes, Payload({}, bad))
+        decode_subnetworks(unit_layers(model), own.classes, Payload({}, bad))
 
 
 
@@ -347,26 +348,27 @@ def test_a_broadcast_is_expanded_once_for_its_receivers_and_each_receiver_still_
     builds the dense copy once, but a receiver whose model does not fit still refuses it."""
     from p2pfed.algorithms.base import ArtifactError, Payload
     from p2pfed.algorithms.fedsub.method import decode_subnetworks, encode_subnetworks
+    from p2pfed.learning.units import unit_layers
     from p2pfed.learning.model import MLP
     algo = _build(repo_root, ["model.hidden=[13,30]"])[0]
     train_once(algo, 0)
     algo._extract()
     model, own = algo.ctx.model, algo.own
-    tensors = encode_subnetworks(model, own.units)
+    tensors = encode_subnetworks(dict(model.named_parameters()), unit_layers(model), own.units)
     shared: dict = {}   # one decoded message's memo, as every receiver of a broadcast gets it
-    first = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))
-    second = decode_subnetworks(model, own.classes, Payload({}, tensors, shared))
+    first = decode_subnetworks(unit_layers(model), own.classes, Payload({}, tensors, shared))
+    second = decode_subnetworks(unit_layers(model), own.classes, Payload({}, tensors, shared))
     assert second[1] is first[1] and second[0] is first[0] and len(shared) == 1
-    alone = decode_subnetworks(model, own.classes, Payload({}, tensors))   # a message of its own
+    alone = decode_subnetworks(unit_layers(model), own.classes, Payload({}, tensors))   # a message of its own
     assert alone[1] is not first[1]
     for name, value in alone[1].items():
         assert torch.equal(value, first[1][name])
     other_shape = MLP(model.layers[0].in_features, [13, 31], model.layers[-1].out_features)
     with pytest.raises(ArtifactError):
-        decode_subnetworks(other_shape, own.classes, Payload({}, tensors, shared))
+        decode_subnetworks(unit_layers(other_shape), own.classes, Payload({}, tensors, shared))
     narrower_rows = dict(tensors, **{"layers.0.weight": tensors["layers.0.weight"][:-1]})
     with pytest.raises(ArtifactError, match="layers.0.weight"):   # checked even with the memo built
-        decode_subnetworks(model, own.classes, Payload({}, narrower_rows, shared))
+        decode_subnetworks(unit_layers(model), own.classes, Payload({}, narrower_rows, shared))
 
 def test_partial_depth_keeps_the_later_layers_local(repo_root):
     algos = _build(repo_root, ["dataset.synthetic.num_devices=8", "algorithm.depth=partial",

@@ -11,12 +11,13 @@ from reference_fusion import FUSIONS, combine_cluster_updates
 from p2pfed.learning.model import MLP
 from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job, row_weights
 from p2pfed.algorithms.fedsub.subnetworks import parameter_masks
+from p2pfed.learning.units import unit_layers
 
 
-def fuse_rows(own, members, clusters, rule, num_layers):
+def fuse_rows(own, members, clusters, rule, layers):
     """The row-form job run on a copy of ``own``: the device's parameters after the fusion."""
     targets = {n: t.clone() for n, t in own.items()}
-    job = row_fusion_job(targets, members, clusters, rule, num_layers)
+    job = row_fusion_job(targets, members, clusters, rule, layers)
     if job is not None:
         job.run()
     return targets
@@ -54,7 +55,7 @@ def test_row_fusion_equals_the_parameter_level_rules(seed, rule, num_members, nu
         units = rng.random((k, sum(sizes))) < 0.6
         scores = [0.0] * k if zero_scores else rng.uniform(0, 5, size=k).round(1).tolist()
         clusters.append(ClassCluster(members=chosen, units=units, scores=scores))
-    got = fuse_rows(own, members, clusters, rule, len(model.layers))
+    got = fuse_rows(own, members, clusters, rule, unit_layers(model))
     want = reference(own, members, clusters, rule, model)
     for name in own:
         torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-6)

@@ -43,6 +43,7 @@ import numpy as np
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 from p2pfed.algorithms.payloads import RELAY_KEY
+from p2pfed.learning.units import unit_layers
 
 KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride", "sybil")
 MODEL_KINDS = ("sign-flip", "scale", "noise")
@@ -158,16 +159,17 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             classes = payload.meta.get("classes", [])
             if "units" not in tensors or attack.target_class not in classes:
                 return tensors
-            sizes = [layer.out_features for layer in self.ctx.model.layers]
+            layers = unit_layers(self.ctx.model)
+            sizes = [layer.size for layer in layers]
             bits = np.unpackbits(tensors["units"], axis=1, count=sum(sizes)).astype(bool)
             mine = bits[classes.index(attack.target_class)]
             others = np.asarray(np.delete(bits, classes.index(attack.target_class), axis=0).any(axis=0))
             poisoned = np.asarray(mine & ~others if (mine & ~others).any() else mine)
             union = np.asarray(bits.any(axis=0))
             out = dict(tensors)
-            for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes))):
+            for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
                 rows = poisoned[a:b][union[a:b]]   # among the rows sent, in their order
-                for name in (f"layers.{i}.weight", f"layers.{i}.bias"):
+                for name in layer.params:
                     array = out[name].copy()
                     array[rows] = array[rows] * -attack.factor
                     out[name] = array

@@ -3,14 +3,17 @@ Alg. 1 l.5, ``P_y = avg(x)``) or of its penultimate-layer features (journal Eq. 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import numpy as np
 import torch
 
-from p2pfed.learning.model import MLP
+from torch import nn
 
 
 @torch.no_grad()
-def class_prototypes(model: MLP, x: torch.Tensor, y: torch.Tensor,
+def class_prototypes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                      num_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return ``(classes, prototypes, counts)`` for the classes present in ``y``.
 
@@ -18,7 +21,8 @@ def class_prototypes(model: MLP, x: torch.Tensor, y: torch.Tensor,
     how many samples that mean is taken over (|D_y|).
     """
     model.eval()
-    return class_means(model.features(x), y, num_classes)
+    features = cast(Callable[[torch.Tensor], torch.Tensor], model.features)
+    return class_means(features(x), y, num_classes)
 
 
 def class_means(feats: torch.Tensor, y: torch.Tensor,

@@ -41,9 +41,8 @@ class PrototypeSharing(Algorithm):
     def prototype_parts(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """This device's prototypes as payload meta and tensors (computed from the current model)."""
         ctx = self.ctx
-        # any model with ``features(x)`` (``prototype_dim`` checks it), not only the MLP it is annotated with
-        classes, protos, counts = class_prototypes(ctx.model,  # type: ignore[arg-type]
-                                                   ctx.x_train, ctx.y_train, ctx.num_classes)
+        # any model with ``features(x)`` (``prototype_dim`` checks it)
+        classes, protos, counts = class_prototypes(ctx.model, ctx.x_train, ctx.y_train, ctx.num_classes)
         self.own_prototypes = (classes, protos, counts)
         return ({"proto_classes": [int(c) for c in classes], "proto_counts": [int(n) for n in counts]},
                 {"prototypes": protos})

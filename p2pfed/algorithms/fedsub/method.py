@@ -51,7 +51,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (NOT_READY, Algorithm, ArtifactError, Deferred, DeviceContext, FusionWork,
-                                    MLPOptions, Payload, Received, expect_array, require_mlp)
+                                    Payload, Received, UnitOptions, expect_array, require_units)
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
@@ -61,14 +61,15 @@ from p2pfed.algorithms.fedsub.outliers import inliers
 from p2pfed.algorithms.fedsub.robust_rows import RobustCount, robust_class_rows
 from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
 from p2pfed.algorithms.robust import RobustOptions
-from p2pfed.learning.model import MLP
+from p2pfed.learning.model import feature_dim
+from p2pfed.learning.units import UnitLayer, unit_layers
 from p2pfed.algorithms.fedsub.privacy import perturb
 from p2pfed.learning.prototypes import class_means, class_prototypes
 from p2pfed.algorithms.fedsub.subnetworks import EXTRACTORS, UnitMasks, extract_unit_masks, union_units
 from p2pfed.learning.training import per_class_accuracy
 
 
-class FedSubOptions(MLPOptions, RobustOptions):
+class FedSubOptions(UnitOptions, RobustOptions):
     extraction: str = Field("naive", description="subnetwork extraction rule")
     fusion: Literal["overlap", "cluster-avg", "leadership"] = "overlap"
     score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
@@ -180,40 +181,40 @@ class Artifacts:
 PARTS = ("whole", "prototypes", "subnetworks")
 
 
-def encode_subnetworks(model: MLP, units: dict[int, UnitMasks]) -> dict[str, np.ndarray]:
-    """Rows of the union of the class subnetworks (sent once) plus one bit per unit and class,
-    as float32 (the wire precision, ``engine.precision``, is the transport's, for every method)."""
+def encode_subnetworks(params: dict[str, torch.Tensor], layers: list[UnitLayer],
+                       units: dict[int, UnitMasks]) -> dict[str, np.ndarray]:
+    """Rows of the union of the class subnetworks (sent once: every parameter of a kept unit,
+    ``learning/units.py``) plus one bit per unit and class, as float32 (the wire precision,
+    ``engine.precision``, is the transport's, for every method)."""
     classes = sorted(units)
     union = union_units(units)
     dtype = np.float32
-    total = sum(layer.out_features for layer in model.layers)
+    total = sum(layer.size for layer in layers)
     bits = (np.stack([np.concatenate(units[c]) for c in classes]).astype(bool) if classes
             else np.zeros((0, total), dtype=bool))
     tensors: dict[str, np.ndarray] = {"units": np.packbits(bits, axis=1)}   # 8 units per byte
-    for i, layer in enumerate(model.layers):
-        rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.out_features, dtype=torch.bool)
-        tensors[f"layers.{i}.weight"] = layer.weight.detach()[rows].numpy().astype(dtype)
-        tensors[f"layers.{i}.bias"] = layer.bias.detach()[rows].numpy().astype(dtype)
+    for i, layer in enumerate(layers):
+        rows = torch.as_tensor(union[i]) if classes else torch.zeros(layer.size, dtype=torch.bool)
+        for name in layer.params:
+            tensors[name] = params[name].detach()[rows].numpy().astype(dtype)
     return tensors
 
 
-def decode_subnetworks(model: MLP, classes: list[int], payload: Payload
+def decode_subnetworks(layers: list[UnitLayer], classes: list[int], payload: Payload
                        ) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
     """Inverse of ``encode_subnetworks``, checked against the local model's shapes. What it
     builds from the arrays (unit masks, the dense copy) goes into ``payload.memo``: the receivers
     of a broadcast in the simulators share it (read-only), each checking the arrays' shapes
     against its own model first."""
-    sizes = tuple(layer.out_features for layer in model.layers)
+    sizes = tuple(layer.size for layer in layers)
     packed = expect_array(payload, "units", (len(classes), -(-sum(sizes) // 8)), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
-    key = ("fedsub/subnetworks", tuple(classes),
-           tuple((layer.out_features, layer.in_features) for layer in model.layers))
+    key = ("fedsub/subnetworks", tuple(classes), tuple(layers))
     decoded = payload.remember(key, lambda: _DecodedUnits(packed, classes, sizes))
-    sent = [(expect_array(payload, f"layers.{i}.weight", (n, layer.in_features)),
-             expect_array(payload, f"layers.{i}.bias", (n,)))
-            for i, (layer, n) in enumerate(zip(model.layers, decoded.row_counts))]
-    return decoded.units, decoded.dense(model, sent)
+    sent = [{name: expect_array(payload, name, (n, *shape)) for name, shape in zip(layer.params, layer.row_shapes)}
+            for layer, n in zip(layers, decoded.row_counts)]
+    return decoded.units, decoded.dense(layers, sent)
 
 
 class _DecodedUnits:
@@ -230,16 +231,14 @@ class _DecodedUnits:
         self.row_counts = [int(r.sum()) for r in self.rows]
         self._dense: dict[str, torch.Tensor] | None = None
 
-    def dense(self, model: MLP, sent: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, torch.Tensor]:
+    def dense(self, layers: list[UnitLayer], sent: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         if self._dense is None:
             values: dict[str, torch.Tensor] = {}
-            for i, (layer, (w, bias)) in enumerate(zip(model.layers, sent)):
-                dense_w = np.zeros((layer.out_features, layer.in_features), dtype=np.float32)
-                dense_b = np.zeros(layer.out_features, dtype=np.float32)
-                dense_w[self.rows[i]] = w
-                dense_b[self.rows[i]] = bias
-                values[f"layers.{i}.weight"] = torch.from_numpy(dense_w)
-                values[f"layers.{i}.bias"] = torch.from_numpy(dense_b)
+            for i, (layer, arrays) in enumerate(zip(layers, sent)):
+                for name, shape in zip(layer.params, layer.row_shapes):
+                    dense = np.zeros((layer.size, *shape), dtype=np.float32)
+                    dense[self.rows[i]] = arrays[name]
+                    values[name] = torch.from_numpy(dense)
             self._dense = values
         return self._dense
 
@@ -269,7 +268,8 @@ class _FusionView:
 
 STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "class_fusions",
                  "mate_fusions", "subnet_messages", "subnet_bytes", "paper_style_bytes",
-                 "robust_groups", "robust_candidates", "robust_set_aside", "outliers_trimmed")
+                 "robust_groups", "robust_candidates", "robust_set_aside", "outliers_trimmed",
+                 "subnetworks_extracted")
 
 
 @register
@@ -282,7 +282,8 @@ class FedSub(Algorithm):
 
     def __init__(self, ctx: DeviceContext, options: FedSubOptions) -> None:
         super().__init__(ctx, options)
-        self.model = require_mlp(ctx, self.name)   # ctx.model, as the MLP it must be
+        self.model = require_units(ctx, self.name)   # ctx.model, which must have units (MLP, CNN)
+        self.layers = unit_layers(self.model)
         self.own: Artifacts | None = None
         # One memo of K sweeps for every device in the process (content-keyed).
         self.clusterings: ClusteringCache = ctx.shared.setdefault("fedsub/clustering", ClusteringCache())
@@ -294,11 +295,12 @@ class FedSub(Algorithm):
         self.protos: ClassPrototypes | None = None
         self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
         self.counters: dict[str, int] = dict.fromkeys(STAT_COUNTERS, 0)
+        self.kept_by_layer = [0] * len(self.layers)   # units kept, summed over extracted class subnetworks
 
-    @property
+    @cached_property
     def prototype_dim(self) -> int:
-        layers = self.model.layers
-        return layers[0].in_features if self.options.prototypes == "input" else layers[-1].in_features
+        return (int(self.ctx.x_train.shape[1]) if self.options.prototypes == "input"
+                else feature_dim(self.model, self.ctx.model_name))
 
     # -- client side (Alg. 1) --------------------------------------------------------------
     def _reliability(self, classes: np.ndarray, counts: np.ndarray) -> list[float]:
@@ -333,6 +335,9 @@ class FedSub(Algorithm):
         model, x, y = self.model, self.ctx.x_train, self.ctx.y_train
         protos = self._prototypes()
         units = extract_unit_masks(self.options.extraction, model, x, y, protos.classes)
+        for masks in units.values():
+            self.kept_by_layer = [k + int(np.count_nonzero(m)) for k, m in zip(self.kept_by_layer, masks)]
+        self.counters["subnetworks_extracted"] += len(units)
         values = {n: p.detach().clone() for n, p in model.named_parameters()}
         self.own = Artifacts(classes=[int(c) for c in protos.classes], prototypes=protos.prototypes,
                              scores=self._reliability(protos.classes, protos.counts), values=values,
@@ -344,14 +349,14 @@ class FedSub(Algorithm):
         own = self.own
         assert own is not None and own.units is not None   # set by the share's extraction
         units = {c: own.units[c] for c in classes}
-        tensors = encode_subnetworks(self.model, units)
+        tensors = encode_subnetworks(dict(self.model.named_parameters()), self.layers, units)
         value_bytes = 4   # both accountings at float32; the wire's bytes (engine.precision) are in comm
         self.counters["subnet_messages"] += 1
         self.counters["subnet_bytes"] += sum(int(t.nbytes) for t in tensors.values())
         # The papers' accounting (journal Fig. 6): each class's subnetwork counted on its own.
         self.counters["paper_style_bytes"] += value_bytes * sum(
-            int(np.count_nonzero(u)) * (layer.in_features + 1)   # a kept unit: its weight row and bias
-            for c in classes for layer, u in zip(self.model.layers, units[c]))
+            int(np.count_nonzero(u)) * layer.row_width   # a kept unit: its weight row and bias (and BN's)
+            for c in classes for layer, u in zip(self.layers, units[c]))
         return tensors
 
     def _meta(self, protos: ClassPrototypes, classes: list[int] | None = None) -> dict[str, Any]:
@@ -399,7 +404,8 @@ class FedSub(Algorithm):
     def stats(self) -> dict[str, Any]:
         """Over the whole run: the K chosen per class clustering next to the literal rule's, this
         device's cluster size (itself included), how often a class fusion had >= 1 cluster-mate's
-        subnetwork, and the mean subnetwork message's tensor bytes in our encoding (the union of
+        subnetwork, the share of each layer's units (neurons, channels) a class subnetwork keeps,
+        and the mean subnetwork message's tensor bytes in our encoding (the union of
         the class subnetworks once) and in the papers' accounting (each class counted apart)."""
         n = self.counters
         out: dict[str, Any] = {"chosen_k_by_class": dict(self.last_k)} if self.last_k else {}
@@ -409,6 +415,10 @@ class FedSub(Algorithm):
             out["cluster_size_mean"] = n["cluster_size_sum"] / n["clusterings"]
         if n["class_fusions"]:
             out["fusions_with_mate_fraction"] = n["mate_fusions"] / n["class_fusions"]
+        if n["subnetworks_extracted"]:
+            out["subnetwork_kept_fraction_by_layer"] = {   # keyed by the layer's module: layers.0, body.4, head
+                layer.params[0].rpartition(".")[0]: kept / (n["subnetworks_extracted"] * layer.size)
+                for kept, layer in zip(self.kept_by_layer, self.layers)}
         if n["subnet_messages"]:
             out["subnet_message_bytes"] = n["subnet_bytes"] / n["subnet_messages"]
             out["subnet_message_bytes_paper_style"] = n["paper_style_bytes"] / n["subnet_messages"]
@@ -448,7 +458,8 @@ class FedSub(Algorithm):
         return {**super().state_dict(), "own": own_state, "last_k": dict(self.last_k),
                 "last_clusters": {c: dict(labels) for c, labels in self.last_clusters.items()},
                 "last_predicted": self.last_predicted, "protos": protos_state,
-                "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters)}
+                "requests": {p: list(c) for p, c in self.requests.items()}, "counters": dict(self.counters),
+                "kept_by_layer": list(self.kept_by_layer)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -467,6 +478,7 @@ class FedSub(Algorithm):
             array_from_state(p["shared"]), None if p["visible"] is None else list(p["visible"]))
         self.requests = {int(k): list(v) for k, v in state["requests"].items()}
         self.counters = {k: int(state["counters"].get(k, 0)) for k in STAT_COUNTERS}
+        self.kept_by_layer = [int(k) for k in state.get("kept_by_layer", [0] * len(self.layers))]
 
     # -- receiving -------------------------------------------------------------------------
     def _parse(self, payload: Payload) -> Artifacts:
@@ -483,8 +495,8 @@ class FedSub(Algorithm):
     def _parse_key(self) -> tuple[Any, ...]:
         """What a check of a message depends on besides the message (the model's shapes are
         fixed for a run)."""
-        shapes = tuple((layer.out_features, layer.in_features) for layer in self.model.layers)
-        return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, shapes)
+        return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, self.prototype_dim,
+                tuple(self.layers))
 
     def _parse_checked(self, payload: Payload) -> Artifacts:
         classes, scores = payload.meta.get("classes"), payload.meta.get("scores")
@@ -505,7 +517,7 @@ class FedSub(Algorithm):
             protos.setflags(write=False)   # shared by the message's receivers
             requests = _parse_requests(payload.meta.get("requests", {}), nc)
         if part != "prototypes":
-            units, values = decode_subnetworks(self.model, classes, payload)
+            units, values = decode_subnetworks(self.layers, classes, payload)
         return Artifacts(classes=classes, prototypes=protos, scores=[float(s) for s in scores],
                          values=values, units=units, requests=requests)
 
@@ -543,7 +555,7 @@ class FedSub(Algorithm):
         """Unit masks (members × rows) with the layers past ``shared_layers`` cleared (partial depth)."""
         if self.options.depth == "full":
             return rows
-        shared = sum(layer.out_features for layer in self.model.layers[:self.options.shared_layers])
+        shared = sum(layer.size for layer in self.layers[:self.options.shared_layers])
         kept = rows.copy()
         kept[:, shared:] = False
         return kept
@@ -652,7 +664,7 @@ class FedSub(Algorithm):
                     member_values.append(values)
             clusters.append(ClassCluster(members=[position[m] for m in mates], units=units, scores=scores))
         self.requests = requests
-        return row_fusion_job(targets, member_values, clusters, o.fusion, len(model.layers))
+        return row_fusion_job(targets, member_values, clusters, o.fusion, self.layers)
 
     def _robust_rows(self, targets: dict[str, torch.Tensor], mates: list[dict[str, torch.Tensor]],
                      own_position: int | None, units: np.ndarray, scores: list[float]
@@ -660,7 +672,7 @@ class FedSub(Algorithm):
         """One class's update combined by ``options.robust`` (``robust_rows``), counted."""
         o, count = self.options, RobustCount()
         update = robust_class_rows(targets, mates, own_position, units, scores, o.fusion,
-                                   [layer.out_features for layer in self.model.layers], o.robust, count,
+                                   self.layers, o.robust, count,
                                    trim_fraction=o.trim_fraction, byzantine=o.byzantine, select=o.krum_select,
                                    clip_norm=o.clip_norm)
         self.counters["robust_groups"] += count.groups

@@ -15,6 +15,7 @@ unless they outnumber the device and its honest mates.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ import torch
 
 from p2pfed.algorithms.fedsub.row_fusion import normalised_scores, row_weights
 from p2pfed.learning.robust_fusion import combine, set_aside
+from p2pfed.learning.units import UnitLayer
 
 Params = Mapping[str, torch.Tensor]
 
@@ -37,7 +39,7 @@ class RobustCount:
 
 
 def robust_class_rows(own: Params, mates: Sequence[Params], own_position: int | None, units: np.ndarray,
-                      scores: Sequence[float], fusion: str, layer_sizes: Sequence[int], rule: str,
+                      scores: Sequence[float], fusion: str, layers: Sequence[UnitLayer], rule: str,
                       count: RobustCount, *, trim_fraction: float = 0.2, byzantine: int = 1, select: int = 1,
                       clip_norm: float = 1.0) -> tuple[dict[str, torch.Tensor], np.ndarray]:
     """One class cluster's update under ``rule``: dense parameters (zero outside the fused rows)
@@ -54,7 +56,7 @@ def robust_class_rows(own: Params, mates: Sequence[Params], own_position: int | 
         return update, fused
     holders = units[others][:, rows] if others else np.zeros((0, rows.size), dtype=bool)
     patterns, group_of = np.unique(holders.T, axis=0, return_inverse=True)
-    slices = _layer_slices(layer_sizes)
+    slices = _layer_slices(layers)
     for g, pattern in enumerate(patterns):
         group_rows = rows[group_of.reshape(-1) == g]
         held_by = [others[j] for j in np.flatnonzero(pattern)]
@@ -70,37 +72,35 @@ def robust_class_rows(own: Params, mates: Sequence[Params], own_position: int | 
     return update, fused
 
 
-def _layer_slices(layer_sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+def _layer_slices(layers: Sequence[UnitLayer]) -> list[tuple[UnitLayer, int, int]]:
     """(layer, first row, end row) of every layer in the end-to-end row numbering."""
-    starts = np.cumsum([0, *layer_sizes[:-1]])
-    return [(i, int(a), int(a) + n) for i, (a, n) in enumerate(zip(starts, layer_sizes))]
+    starts = np.cumsum([0, *(layer.size for layer in layers[:-1])])
+    return [(layer, int(a), int(a) + layer.size) for layer, a in zip(layers, starts)]
 
 
-def _gather(values: Params, rows: np.ndarray, slices: list[tuple[int, int, int]]) -> np.ndarray:
-    """The given rows' weights and biases, layer by layer, as one vector."""
+def _gather(values: Params, rows: np.ndarray, slices: list[tuple[UnitLayer, int, int]]) -> np.ndarray:
+    """The given rows of every unit parameter, layer by layer, as one vector."""
     parts = []
-    for i, a, b in slices:
+    for layer, a, b in slices:
         local = rows[(rows >= a) & (rows < b)] - a
         if local.size:
             idx = torch.as_tensor(local)
-            parts.append(values[f"layers.{i}.weight"].detach()[idx].reshape(-1).numpy())
-            parts.append(values[f"layers.{i}.bias"].detach()[idx].numpy())
+            parts += [values[name].detach()[idx].reshape(-1).numpy() for name in layer.params]
     return np.concatenate(parts).astype(np.float64)
 
 
 def _scatter(update: dict[str, torch.Tensor], vector: np.ndarray, rows: np.ndarray,
-             slices: list[tuple[int, int, int]]) -> None:
+             slices: list[tuple[UnitLayer, int, int]]) -> None:
     """Inverse of ``_gather``: write the vector back into the given rows of ``update``."""
     at = 0
-    for i, a, b in slices:
+    for layer, a, b in slices:
         local = rows[(rows >= a) & (rows < b)] - a
         if not local.size:
             continue
-        weight, bias = update[f"layers.{i}.weight"], update[f"layers.{i}.bias"]
         idx = torch.as_tensor(local)
-        width = weight.shape[1]
-        weight[idx] = torch.as_tensor(vector[at:at + local.size * width].reshape(local.size, width),
-                                      dtype=weight.dtype)
-        at += local.size * width
-        bias[idx] = torch.as_tensor(vector[at:at + local.size], dtype=bias.dtype)
-        at += local.size
+        for name in layer.params:
+            target = update[name]
+            count = local.size * math.prod(target.shape[1:])
+            target[idx] = torch.as_tensor(vector[at:at + count].reshape(local.size, *target.shape[1:]),
+                                          dtype=target.dtype)
+            at += count

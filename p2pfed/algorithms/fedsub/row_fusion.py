@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from p2pfed.learning.batched_fusion import FusionJob, Source
+from p2pfed.learning.units import UnitLayer
 
 Params = dict[str, torch.Tensor]
 
@@ -85,20 +86,21 @@ def member_row_weights(rule: str, clusters: Sequence[ClassCluster], num_members:
 
 
 def row_fusion_job(targets: Params, members: Sequence[Mapping[str, Source]],
-                   clusters: Sequence[ClassCluster], rule: str, num_layers: int) -> FusionJob | None:
-    """The device's fusion of every class cluster into ``targets`` (its ``layers.{i}.weight/bias``):
-    rows some cluster holds become the weighted sum of the members' rows, the others keep the
-    targets' values (the targets join as the last member, weight 1 on those rows); None when no
-    cluster holds a row."""
+                   clusters: Sequence[ClassCluster], rule: str, layers: Sequence[UnitLayer]) -> FusionJob | None:
+    """The device's fusion of every class cluster into ``targets`` (the parameters of each
+    layer's units, ``learning/units.py``): rows some cluster holds become the weighted sum of the
+    members' rows, the others keep the targets' values (the targets join as the last member,
+    weight 1 on those rows); None when no cluster holds a row."""
     if not clusters:
         return None
-    sizes = [targets[f"layers.{i}.bias"].shape[0] for i in range(num_layers)]
+    sizes = [layer.size for layer in layers]
     all_weights, all_hit = member_row_weights(rule, clusters, len(members), sum(sizes))
     coef: dict[str, np.ndarray] = {}
-    for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes))):
+    for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
         hit = all_hit[a:b]
         if not hit.any():
             continue
-        layer = np.vstack([all_weights[:, a:b], (~hit)[None].astype(np.float64)])
-        coef[f"layers.{i}.weight"] = coef[f"layers.{i}.bias"] = layer
+        weights = np.vstack([all_weights[:, a:b], (~hit)[None].astype(np.float64)])
+        for name in layer.params:
+            coef[name] = weights
     return FusionJob(targets, [*members, targets], coef) if coef else None

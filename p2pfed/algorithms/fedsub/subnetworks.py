@@ -3,6 +3,9 @@
 A subnetwork is stored as one boolean *unit mask* per layer (length = that layer's output
 units). Keeping a unit keeps its incoming weights and its bias (FedSub Eq. 2 and Eq. 4), so the
 parameter masks follow from the unit masks; storing units keeps artifacts small on the wire.
+A unit is what ``learning/units.py`` says: a dense layer's neuron, or a convolution's output
+channel (its filter, bias and batch-norm scale and shift), whose activation is its mean over
+positions and whose relevance is its sum over positions (``lrp_conv.py``).
 """
 
 from __future__ import annotations
@@ -12,20 +15,26 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from torch import nn
+
+from p2pfed.algorithms.fedsub.alpha_beta import alpha_beta
+from p2pfed.algorithms.fedsub.lrp_conv import cnn_relevances
+from p2pfed.learning.cnn import CNN
 from p2pfed.learning.model import MLP
+from p2pfed.learning.units import unit_activations
 
 UnitMasks = list[np.ndarray]  # one bool array per layer, shape (out_features,)
 
 
 @torch.no_grad()
-def naive_unit_masks(model: MLP, x: torch.Tensor, y: torch.Tensor,
+def naive_unit_masks(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                      classes: np.ndarray) -> dict[int, UnitMasks]:
     """Naive activation rule (FedSub Eq. 2): keep the units whose mean activation on the class is > 0.
 
     Hidden units are measured after ReLU, output units on their logits (identity activation).
     """
     model.eval()
-    acts = model.activations(x)
+    acts = unit_activations(model, x)
     classes_t = torch.as_tensor(np.asarray(classes), dtype=y.dtype)
     # Every class's mean activation in one pass: (classes x samples) one-hot weights / counts.
     member = (y.unsqueeze(0) == classes_t.unsqueeze(1)).to(torch.float64)
@@ -34,7 +43,7 @@ def naive_unit_masks(model: MLP, x: torch.Tensor, y: torch.Tensor,
     return {int(c): [k[j] for k in kept] for j, c in enumerate(classes.tolist())}
 
 
-def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: float,
+def lrp_relevances(model: nn.Module, x: torch.Tensor, target: torch.Tensor, alpha: float,
                    beta: float) -> list[torch.Tensor]:
     """Layer-wise Relevance Propagation with the alpha-beta rule (FedSub Eq. 3-5).
 
@@ -44,10 +53,15 @@ def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: flo
     ``beta``), with ``alpha - beta = 1`` so relevance is conserved. Biases are not given
     relevance (they absorb none), which keeps the conservation exact.
 
-    Returns per-sample relevances ``[R_input, R_layer0_units, ..., R_output_units]``.
+    Returns per-sample relevances ``[R_input, R_layer0_units, ..., R_output_units]``; on a CNN a
+    channel's relevance is its sum over positions (``lrp_conv.py``).
     """
     if abs((alpha - beta) - 1.0) > 1e-9:
         raise ValueError(f"LRP alpha-beta needs alpha - beta = 1, got alpha={alpha}, beta={beta}")
+    if isinstance(model, CNN):
+        return cnn_relevances(model, x, target, alpha, beta)
+    if not isinstance(model, MLP):
+        raise TypeError(f"LRP walks the MLP's or the CNN's layers, not a {type(model).__name__}")
     with torch.no_grad():
         acts = model.activations(x)
         inputs = [x, *acts[:-1]]
@@ -64,28 +78,14 @@ def lrp_relevances(model: MLP, x: torch.Tensor, target: torch.Tensor, alpha: flo
 
 def _alpha_beta_step(a: torch.Tensor, w: torch.Tensor, rel: torch.Tensor, alpha: float,
                      beta: float) -> torch.Tensor:
-    """One layer of the alpha-beta rule without the (samples, out, in) contribution tensor.
-
-    z_ji = a_i w_ji is positive exactly where a_i and w_ji share a sign, so the positive part is
-    a+ w+ + a- w- and the negative part a+ w- + a- w+; each sum over i is a matrix product, and so
-    is sending relevance back (inputs after a ReLU have a- = 0, which makes half the terms vanish).
-    """
-    ap, an = a.clamp(min=0), a.clamp(max=0)
-    wp, wn = w.clamp(min=0), w.clamp(max=0)
-    sp = ap @ wp.T + an @ wn.T                                   # (N, out) sum of positive z
-    rp = alpha * torch.where(sp > 0, rel / sp.clamp(min=1e-12), torch.zeros_like(rel))
-    back = ap * (rp @ wp) + an * (rp @ wn)
-    if beta:
-        sn = ap @ wn.T + an @ wp.T                               # (N, out) sum of negative z
-        rn = beta * torch.where(sn < 0, rel / sn.clamp(max=-1e-12), torch.zeros_like(rel))
-        back = back - (ap * (rn @ wn) + an * (rn @ wp))
-    return back
+    """One dense layer of the alpha-beta rule (``alpha_beta`` with a matrix product)."""
+    return alpha_beta(a, w, rel, alpha, beta, lambda a, w: a @ w.T, lambda r, w: r @ w)
 
 
 def lrp_unit_masks(alpha: float, beta: float) -> Extractor:
     """LRP extraction (FedSub Eq. 4): keep the units whose mean relevance for the class is > 0."""
 
-    def extract(model: MLP, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray) -> dict[int, UnitMasks]:
+    def extract(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: np.ndarray) -> dict[int, UnitMasks]:
         masks: dict[int, UnitMasks] = {}
         for c in classes.tolist():
             xc = x[y == c]
@@ -96,7 +96,7 @@ def lrp_unit_masks(alpha: float, beta: float) -> Extractor:
     return extract
 
 
-Extractor = Callable[[MLP, torch.Tensor, torch.Tensor, np.ndarray], dict[int, UnitMasks]]
+Extractor = Callable[[nn.Module, torch.Tensor, torch.Tensor, np.ndarray], dict[int, UnitMasks]]
 
 EXTRACTORS: dict[str, Extractor] = {
     "naive": naive_unit_masks,
@@ -105,7 +105,7 @@ EXTRACTORS: dict[str, Extractor] = {
 }
 
 
-def extract_unit_masks(method: str, model: MLP, x: torch.Tensor, y: torch.Tensor,
+def extract_unit_masks(method: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                        classes: np.ndarray) -> dict[int, UnitMasks]:
     """Per-class unit masks by the named extraction rule."""
     try:
