@@ -91,13 +91,17 @@ def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, m
     assert _f1(tmp_path / "alone") == _f1(tmp_path / "sync1")   # batching changes nothing for it
 
 
+UNIT_METHODS = {"safl"}   # those that take any model with units (learning/units.py), the CNN too
+
+
 @pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])
 def test_a_method_that_needs_the_mlp_refuses_another_model_in_one_line(method, capsys):
     code = main(["validate", str(SCENARIO), *_sets([f"algorithm.name={method}", *USER_MODEL])])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 2 and len(out) == 1, out
-    assert out[0] == (f"{SCENARIO}: model.name: {method} works on the units of the MLP's layers; use model.name: "
-                      f"mlp (got '{MODEL}')")
+    needs = ("the units of a model's layers (neurons, channels); use model.name: mlp or cnn"
+             if method in UNIT_METHODS else "the units of the MLP's layers; use model.name: mlp")
+    assert out[0] == f"{SCENARIO}: model.name: {method} works on {needs} (got '{MODEL}')"
 
 
 def test_a_body_head_method_needs_a_declared_head(tmp_path):
