@@ -1,8 +1,22 @@
 """``safl``: SAFL without a server — clustered, guided Network-Slimming pruning, then Hermes.
 
 Follows Nan Li, Xiaolu Wang, Xiao Du, Puyu Cai, Ting Wang, *Personalized Federated Learning
-via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden
-layer has a scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
+via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. It works on the
+units of a model's layers (``learning/units.py``: ``model.name: mlp`` or ``cnn``; any other model
+is refused in one line), each hidden unit with a scaling factor (``slimming.py``):
+
+* on a CNN, as the paper does, the units are the channels of the conv blocks and the factors the
+  batch-norm weights Θ^BN of their channels (no extra parameters). The guided L1 terms (Sec.
+  III-B3) act on those BN scales; NetSlim (Sec. III-B4, *Model Pruning*: "client ranks the
+  weights in the Θ_i^BN,t. The threshold is set at the r_t-th smallest weight") prunes the
+  channels with the smallest |γ|, ranked over all blocks, by zeroing their BN scale and shift;
+  ModelRecover (Sec. III-B2) restores the full model with those BN weights at zero (the shift
+  as it was). The sub-model that travels drops a pruned channel's filter, bias, BN scale and
+  shift and the next convolution's input channel (the head's input column for the last block);
+  the fusions average each element over the sub-models that hold it. The BN layers (scales,
+  shifts, running statistics) stay each device's own in stage two, as Sec. IV-C keeps them (FedBN);
+* on the MLP (no batch norm) one learnable gate per hidden unit (``MLP.add_unit_gates``) multiplies
+  its ReLU output and plays the part of Θ^BN.
 
 Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_0..r_{T-1}
 (``target_rate`` in steps of ``rate_step``, Sec. IV-C), each round on every device:
@@ -10,7 +24,7 @@ Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_
          own training data (IFCA, Sec. III-B1);
   l.6    model recovery (Sec. III-B2): pruned units are trainable again, back with factor 0;
   l.7    guided update (Sec. III-B3): train with CE + λ Σ_b ||Θ^BN_b||_1 + μ Σ_b ||Θ^BN_b - Θ^clusterBN_ĵ,b||_1;
-  l.8    NetSlim (Sec. III-B4): prune the units with the smallest |factor| to rate r_t;
+  l.8    NetSlim (Sec. III-B4): prune the units (a CNN's channels) with the smallest |factor| to rate r_t;
   l.9    fine-tune the pruned model for τ epochs;
   l.10   send the pruned sub-model, tagged with ĵ.
 Stage two (Alg. 2, Hermes's personalization-preserving aggregation, Sec. III-C): the structure
@@ -24,7 +38,8 @@ candidates are the clusters present around it, and its own model is not among th
 toward the cluster it is already in). In round 0 (nothing received yet) the candidates are K
 initial cluster models that every device derives alike from the shared initial weights, as a
 server's first broadcast of θ^cluster,0 would give them. The factors stay local in stage two
-(the paper's implementation keeps BN layers local, FedBN-style, Sec. IV-C); they travel only as
+(the paper's implementation keeps BN layers local, FedBN-style, Sec. IV-C: on a CNN the BN
+scales and shifts, on the MLP the gates); they travel only as
 the cluster's guidance in stage one. Stage two averages with every neighbour, as Hermes's server
 does with every client.
 """

@@ -11,7 +11,10 @@ that has them; the classifier's units (the classes) are never pruned. A unit's s
 
 * on a CNN, its channel's batch-norm scale γ (the paper's Θ^BN): pruning sets the channel's γ
   and shift β to 0, so the channel's output ReLU(0) is 0 and the dense model computes exactly the
-  sub-model without it; recovery gives β back (γ stays 0) so the channel can learn again;
+  sub-model without it; recovery gives β back (γ stays 0, as Sec. III-B2 sets the BN weights of
+  pruned channels to zero). A channel back with γ = 0 outputs ReLU(β): with β > 0 the loss
+  reaches its γ again; with β <= 0 it outputs 0, and only the guided pull (μ) toward a cluster
+  whose γ for it is not 0 can bring it back;
 * on the MLP (no batch norm), its unit gate (``MLP.add_unit_gates``), which multiplies the ReLU
   output: a gate of 0 removes the unit and still gets a gradient, so recovery has nothing to give back.
 
