@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
-from p2pfed.learning.model import MLP
 from p2pfed.learning.robust_fusion import masked_combine
-from p2pfed.algorithms.safl.slimming import KeepMasks, element_masks, slim_masks
+from p2pfed.algorithms.safl.slimming import KeepMasks, element_masks, factor_names, slim_masks
 
 
 @dataclass
@@ -88,13 +88,14 @@ def overlap_counts(members: Sequence[SubModel]) -> list[np.ndarray]:
     return [np.sum([m.masks[i] for m in members], axis=0) for i in range(len(members[0].masks))]
 
 
-def fuse_cluster(model: MLP, members: Sequence[SubModel], rate: float) -> SubModel:
+def fuse_cluster(model: nn.Module, members: Sequence[SubModel], rate: float) -> SubModel:
     """The cluster model of ``members`` (Fig. 3): units kept by most members survive up to
-    ``rate`` (ties go to the larger mean |gate| among the holders), each element is the plain
-    mean over the members holding it (Alg. 1 l.12: an unweighted mean within the cluster)."""
+    ``rate`` (ties go to the larger mean |factor| among the holders: gate or BN scale), each
+    element is the plain mean over the members holding it (Alg. 1 l.12: an unweighted mean
+    within the cluster)."""
     counts = overlap_counts(members)
-    gates = [np.mean([np.abs(m.values[f"gates.{i}"].numpy()) * m.masks[i] for m in members], axis=0)
-             for i in range(len(counts))]
+    gates = [np.mean([np.abs(m.values[name].numpy()) * m.masks[i] for m in members], axis=0)
+             for i, name in enumerate(factor_names(model))]
     # Overlap first, mean factor magnitude second: scaled into one priority per unit.
     priority = [c + g / (1.0 + g.max(initial=0.0)) for c, g in zip(counts, gates)]
     masks = slim_masks(gates, rate, priority=priority)
@@ -107,7 +108,7 @@ def fuse_cluster(model: MLP, members: Sequence[SubModel], rate: float) -> SubMod
 
 
 @torch.no_grad()
-def preserve_personal(model: MLP, own_masks: KeepMasks, own_weight: float,
+def preserve_personal(model: nn.Module, own_masks: KeepMasks, own_weight: float,
                       peers: Sequence[tuple[SubModel, float]], names: Sequence[str],
                       robust: RobustRule | None = None) -> float:
     """Hermes-style aggregation into ``model`` over ``names``: every element the device's

@@ -1,8 +1,22 @@
 """``safl``: SAFL without a server — clustered, guided Network-Slimming pruning, then Hermes.
 
 Follows Nan Li, Xiaolu Wang, Xiao Du, Puyu Cai, Ting Wang, *Personalized Federated Learning
-via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. Every unit of a hidden
-layer has a scaling factor (``MLP.add_unit_gates``; the paper's BN weights Θ^BN).
+via Client-Specific Clustering and SCSI-Guided Model Pruning* (SAFL), Sec. III, Alg. 1-2. It works on the
+units of a model's layers (``learning/units.py``: ``model.name: mlp`` or ``cnn``; any other model
+is refused in one line), each hidden unit with a scaling factor (``slimming.py``):
+
+* on a CNN, as the paper does, the units are the channels of the conv blocks and the factors the
+  batch-norm weights Θ^BN of their channels (no extra parameters). The guided L1 terms (Sec.
+  III-B3) act on those BN scales; NetSlim (Sec. III-B4, *Model Pruning*: "client ranks the
+  weights in the Θ_i^BN,t. The threshold is set at the r_t-th smallest weight") prunes the
+  channels with the smallest |γ|, ranked over all blocks, by zeroing their BN scale and shift;
+  ModelRecover (Sec. III-B2) restores the full model with those BN weights at zero (the shift
+  as it was). The sub-model that travels drops a pruned channel's filter, bias, BN scale and
+  shift and the next convolution's input channel (the head's input column for the last block);
+  the fusions average each element over the sub-models that hold it. The BN layers (scales,
+  shifts, running statistics) stay each device's own in stage two, as Sec. IV-C keeps them (FedBN);
+* on the MLP (no batch norm) one learnable gate per hidden unit (``MLP.add_unit_gates``) multiplies
+  its ReLU output and plays the part of Θ^BN.
 
 Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_0..r_{T-1}
 (``target_rate`` in steps of ``rate_step``, Sec. IV-C), each round on every device:
@@ -10,7 +24,7 @@ Stage one, clustered model pruning (Alg. 1), rounds 0..T-1 with pruning rates r_
          own training data (IFCA, Sec. III-B1);
   l.6    model recovery (Sec. III-B2): pruned units are trainable again, back with factor 0;
   l.7    guided update (Sec. III-B3): train with CE + λ Σ_b ||Θ^BN_b||_1 + μ Σ_b ||Θ^BN_b - Θ^clusterBN_ĵ,b||_1;
-  l.8    NetSlim (Sec. III-B4): prune the units with the smallest |factor| to rate r_t;
+  l.8    NetSlim (Sec. III-B4): prune the units (a CNN's channels) with the smallest |factor| to rate r_t;
   l.9    fine-tune the pruned model for τ epochs;
   l.10   send the pruned sub-model, tagged with ĵ.
 Stage two (Alg. 2, Hermes's personalization-preserving aggregation, Sec. III-C): the structure
@@ -24,13 +38,15 @@ candidates are the clusters present around it, and its own model is not among th
 toward the cluster it is already in). In round 0 (nothing received yet) the candidates are K
 initial cluster models that every device derives alike from the shared initial weights, as a
 server's first broadcast of θ^cluster,0 would give them. The factors stay local in stage two
-(the paper's implementation keeps BN layers local, FedBN-style, Sec. IV-C); they travel only as
+(the paper's implementation keeps BN layers local, FedBN-style, Sec. IV-C: on a CNN the BN
+scales and shifts, on the MLP the gates); they travel only as
 the cluster's guidance in stage one. Stage two averages with every neighbour, as Hermes's server
 does with every client.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import zlib
 from typing import Any, cast
@@ -39,23 +55,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field, ValidationInfo, model_validator
+from torch import nn
 from torch.func import functional_call
 
-from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, MLPOptions, Payload,
-                                    Received, TrainingWork, require_mlp, run_facts)
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, Payload, Received,
+                                    TrainingWork, UnitOptions, require_units, run_facts)
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.model_payload import sample_count
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.algorithms.robust import RobustOptions
 from p2pfed.algorithms.safl.heterogeneous import RobustRule, SubModel, fuse_cluster, preserve_personal
-from p2pfed.learning.model import build_model
-from p2pfed.algorithms.safl.slimming import (full_masks, gate_values, guided_sparsity_loss, kept_parameter_fraction,
-                                      pruned_fraction, pruned_units_frozen, slim_masks, zero_pruned_gates)
+from p2pfed.learning.model import MLP
+from p2pfed.algorithms.safl.slimming import (factor_names, full_masks, gate_values, guided_sparsity_loss,
+                                             kept_parameter_fraction, local_names, pruned_fraction,
+                                             pruned_units_frozen, recover_units, slim_masks, zero_pruned_factors)
 from p2pfed.learning.training import train_epochs
 
 
-class SaflOptions(MLPOptions, RobustOptions):
+class SaflOptions(UnitOptions, RobustOptions):
     clusters: int = Field(2, ge=1, le=64, description="K, the number of cluster identities")
     target_rate: float = Field(0.3, ge=0, lt=1, description="pruning rate at the end of stage one")
     rate_step: float = Field(0.1, gt=0, le=1, description="increase of r_t per step")
@@ -76,6 +94,23 @@ class SaflOptions(MLPOptions, RobustOptions):
         return self
 
 
+def fresh_model(model: nn.Module, seed: int) -> nn.Module:
+    """A freshly initialised copy of ``model``'s architecture whose weights depend only on
+    ``seed``: every layer's ``reset_parameters`` in module order (as the constructor draws them),
+    scaling factors at 1 (the MLP's gates; batch norm's scales start at 1)."""
+    fresh = copy.deepcopy(model)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for module in fresh.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        if isinstance(fresh, MLP) and fresh.gates is not None:
+            for g in fresh.gates:
+                g.fill_(1.0)
+    return fresh
+
+
 def rate_schedule(target: float, step: float) -> list[float]:
     """r_0..r_{T-1}: 0, step, 2 step, ... up to ``target`` (Sec. IV-C: 0.5 by 0.1 is
     [0, 0.1, 0.2, 0.3, 0.4, 0.5])."""
@@ -92,13 +127,15 @@ class Safl(Algorithm):
 
     def __init__(self, ctx: DeviceContext, options: SaflOptions) -> None:
         super().__init__(ctx, options)
-        model = self.model = require_mlp(ctx, self.name)   # ctx.model, as the MLP it must be
+        model = self.model = require_units(ctx, self.name)   # ctx.model: the MLP or the CNN
         # The initial weights are the same on every device: they seed the K initial cluster models.
-        self._init_seed = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in model.layers.parameters()))
-        model.add_unit_gates()
+        self._init_seed = zlib.crc32(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+        if isinstance(model, MLP):
+            model.add_unit_gates()   # the MLP has no batch norm: one factor per unit (slimming.py)
         self.schedule = rate_schedule(options.target_rate, options.rate_step)
         self.stage_one_rounds = len(self.schedule) * options.rounds_per_rate
         self.masks = full_masks(model)
+        self.shifts: dict[str, np.ndarray] = {}   # a CNN's BN shifts of pruned channels, for ModelRecover
         self.cluster: int | None = None
         self.switches = 0             # times the device changed cluster after its first choice
         self.last_candidates = 0      # cluster models it chose among, last time
@@ -118,12 +155,9 @@ class Safl(Algorithm):
     def initial_clusters(self) -> dict[int, SubModel]:
         """θ^cluster,0 for j in [K]: freshly initialised full models, alike on every device."""
         if self._initial is None:
-            m = self.model
-            sizes = [layer.out_features for layer in m.layers[:-1]]
             self._initial = {}
             for j in range(self.options.clusters):
-                init = build_model(m.layers[0].in_features, m.num_classes, sizes,
-                                   seed=(self._init_seed + 7919 * (j + 1)) % 2**32, unit_gates=True)
+                init = fresh_model(self.model, (self._init_seed + 7919 * (j + 1)) % 2**32)
                 self._initial[j] = SubModel(full_masks(init),
                                             {n: p.detach().clone() for n, p in init.named_parameters()})
         return self._initial
@@ -177,13 +211,14 @@ class Safl(Algorithm):
                 train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator)
             return None
         guide = self.choose_cluster()
-        guide_gates = None if guide is None else [guide.values[f"gates.{i}"] for i in range(len(self.masks))]
+        guide_gates = None if guide is None else [guide.values[n] for n in factor_names(model)]
         # ModelRecover + GuidedUpdate: every unit trains, pruned ones starting from factor 0.
+        recover_units(model, self.masks, self.shifts)
         train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
                      extra_loss=guided_sparsity_loss(o.lam, o.mu, guide_gates))
         # NetSlim to r_t, then FineTune for τ epochs on the pruned model.
         self.masks = slim_masks(gate_values(model), self.rate(round))
-        zero_pruned_gates(model, self.masks)
+        self.shifts = zero_pruned_factors(model, self.masks)
         if o.fine_tune_epochs:
             with pruned_units_frozen(model, self.masks):
                 train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
@@ -218,7 +253,8 @@ class Safl(Algorithm):
         if self.stage_one(round):
             return None
         model = self.model
-        names = [n for n, _ in model.named_parameters() if not n.startswith("gates.")]
+        local = set(local_names(model))   # the factors (gates; a CNN's BN scales and shifts) stay local
+        names = [n for n, _ in model.named_parameters() if n not in local]
         peers = [(r.parsed, float(sample_count(r.payload))) for r in fresh]
         o = self.options
         robust = None if o.robust == "none" else RobustRule(o.robust, o.trim_fraction, o.byzantine, o.krum_select,
@@ -232,7 +268,7 @@ class Safl(Algorithm):
 
     def stats(self) -> dict[str, Any]:
         """Model size kept (parameters of the sub-model / full model), pruning rate reached (hidden
-        units pruned), the share of devices in each cluster, cluster switches, candidates at the
+        units pruned: a CNN's channels), the share of devices in each cluster, cluster switches, candidates at the
         last choice, whether stage two runs, and (stage two) the share of the device's parameters
         that a neighbour also held at the last aggregation."""
         k = self.options.clusters
@@ -259,7 +295,8 @@ class Safl(Algorithm):
         return {**super().state_dict(), "masks": [array_state(m) for m in self.masks],
                 "cluster": -1 if self.cluster is None else self.cluster, "switches": self.switches,
                 "last_candidates": self.last_candidates, "overlap_shared": self.overlap_shared,
-                "last_round": self.last_round, "robust_counts": list(self.robust_counts)}
+                "last_round": self.last_round, "robust_counts": list(self.robust_counts),
+                **({"shifts": {n: array_state(a) for n, a in self.shifts.items()}} if self.shifts else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -270,3 +307,4 @@ class Safl(Algorithm):
         self.overlap_shared = float(state["overlap_shared"])
         self.robust_counts = [int(v) for v in state.get("robust_counts", [0, 0, 0])]
         self.last_round = int(state["last_round"])
+        self.shifts = {n: array_from_state(a) for n, a in state.get("shifts", {}).items()}
