@@ -91,13 +91,22 @@ def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, m
     assert _f1(tmp_path / "alone") == _f1(tmp_path / "sync1")   # batching changes nothing for it
 
 
-@pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])
+@pytest.mark.parametrize("method", ["fedsub", "safl"])
 def test_a_method_that_needs_the_mlp_refuses_another_model_in_one_line(method, capsys):
     code = main(["validate", str(SCENARIO), *_sets([f"algorithm.name={method}", *USER_MODEL])])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 2 and len(out) == 1, out
     assert out[0] == (f"{SCENARIO}: model.name: {method} works on the units of the MLP's layers; use model.name: "
                       f"mlp (got '{MODEL}')")
+
+
+def test_a_method_that_needs_units_refuses_a_model_without_them_in_one_line(capsys):
+    """FedPeWS masks the units of an MLP or a CNN (issue 33): a model of the user's own has none."""
+    code = main(["validate", str(SCENARIO), *_sets(["algorithm.name=fedpews", *USER_MODEL])])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 2 and len(out) == 1, out
+    assert out[0] == (f"{SCENARIO}: model.name: fedpews works on the units of a model's layers (neurons, channels); "
+                      f"use model.name: mlp or cnn (got '{MODEL}')")
 
 
 def test_a_body_head_method_needs_a_declared_head(tmp_path):
