@@ -201,3 +201,20 @@ def test_head_layers_on_a_cnn_is_refused_in_one_line():
     assert len(lines) == 1 and lines[0].endswith(
         "algorithm.head_layers: counts the MLP's layers; 'cnn' keeps its `head` module (the last layer) "
         "local: leave head_layers out"), lines
+
+
+# -- the method contract on a CNN -----------------------------------------------------------------------
+@pytest.mark.slow   # 10-20 s each
+@pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed", "fedali", "fedper", "fedrep"])
+def test_each_method_keeps_the_contract_on_a_cnn(name):
+    """The contract suite (malformed payloads refused, seeded numbers, state round trips, ...) on a
+    1-D CNN of two blocks over the suite's 6-feature rows (16 and 32 channels: with fewer, the
+    tensors' headers outweigh their values and the wire-precision check cannot see the saving)."""
+    from p2pfed.algorithms import ALGORITHMS
+    from p2pfed.learning.cnn import make_cnn
+    from p2pfed.testing import check_algorithm
+
+    options = {"fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2}, "fedali": {"prototypes": 4},
+               "fedrep": {"head_epochs": 1}}.get(name, {})
+    model = make_cnn(6, 3, torch.Generator().manual_seed(0), channels=[16, 32])
+    check_algorithm(ALGORITHMS[name], options, model=model)
