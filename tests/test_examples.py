@@ -93,6 +93,7 @@ def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, m
 
 @pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])
 def test_a_method_that_needs_units_refuses_a_model_without_them_in_one_line(method, capsys):
+    """They work on the units of an MLP or a CNN (issue 33): a model of the user's own has none."""
     code = main(["validate", str(SCENARIO), *_sets([f"algorithm.name={method}", *USER_MODEL])])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 2 and len(out) == 1, out

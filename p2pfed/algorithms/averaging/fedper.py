@@ -3,6 +3,12 @@
 Follows FedPer (Arivazhagan et al., 2019, Sec. 3): base layers are shared and aggregated,
 personalisation layers never leave the device. Serverless, the base layers are averaged over
 the neighbourhood as in ``gossip-avg``; only they are sent, so fusion cannot touch the head.
+
+The head is the MLP's last ``head_layers`` Linear layers; on ``model.name: cnn`` (and any model
+of the user's own) it is the submodule ``head``, the CNN's Linear classifier on its pooled
+features: the conv blocks with their batch norms' scales and shifts are the shared body (the
+batch norms' running statistics are buffers and stay on the device, as FedBN keeps them). There
+``head_layers`` counts nothing and anything but 1 is refused before the run.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ class FedPerOptions(GossipAvgOptions):
     @model_validator(mode="after")
     def _body_left(self, info: ValidationInfo) -> FedPerOptions:
         facts = run_facts(info)
+        if facts is not None and facts.mlp_layers is None and self.head_layers != 1:
+            raise ValueError(f"algorithm.head_layers: counts the MLP's layers; {facts.model_name!r} keeps its "
+                             "`head` module (the last layer) local: leave head_layers out")
         if facts is not None and facts.mlp_layers is not None and self.head_layers >= facts.mlp_layers:
             raise ValueError(f"algorithm.head_layers: {self.head_layers} leaves no shared body in a "
                              f"{facts.mlp_layers}-layer model; use at most {facts.mlp_layers - 1}")

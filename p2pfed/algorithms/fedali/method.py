@@ -6,6 +6,15 @@ gets an Alignment-with-Prototypes layer on a hidden layer's output (``p2pfed.alg
 in training, embeddings are pulled toward their hard-assigned global prototype and the local
 prototypes follow the embeddings (EMA); in inference, embeddings are pulled toward the local ones.
 
+On ``model.name: cnn`` (and a model of the user's own with ``features`` and a Linear ``head``)
+the ALP layer sits on the representation the head reads, as the paper places it on the
+encoder's embeddings: the CNN's ``features(x)``, one value per channel of the last conv block
+after global average pooling, so the head classifies the aligned, L2-normalised embedding
+(``AlignedModel``: head(ALP(features(x)))). The prototypes live in that channel space (d = the
+last block's channels). ``hidden_layer`` picks an MLP layer and is refused on another model.
+The batch norms' running statistics are buffers each device keeps; the ALP layer makes the
+aligned network train one device at a time (its prototypes change in the forward pass).
+
 Serverless, the server's part of Alg. 1 runs on every device over its neighbourhood: a fusion
 averages the weights (MLP and GLU) with the neighbours' by sample count, as ``gossip-avg`` does
 (line 8), and the new global prototypes are k-means centroids (G clusters) over the local

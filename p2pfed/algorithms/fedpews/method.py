@@ -11,6 +11,13 @@ L_x = f_i(x ⊙ G(s_i)). *Phase 2. Standard FL*: full model updates after the wa
 FedPeWS-Fixed ("eliminates mask learning by assigning predefined subnetworks") gives each group
 of devices a fixed, nearly disjoint block of units instead.
 
+The poster defines masks per neuron; the units are those of ``learning/units.py``, so one
+mechanism serves both built-in models: on ``model.name: mlp`` a hidden layer's neurons, on
+``model.name: cnn`` a conv block's output channels (a dropped channel's filter, bias and batch
+norm's scale and shift are masked, and so are the next block's filter slices and the head's
+columns that read it; the head's classes and the input channels are always kept). A CNN's batch
+norm running statistics are buffers: each device keeps its own, in the warmup and after it.
+
 Serverless adaptations (the poster has a server and gives no aggregation formula):
 - θ_{g∖{i}}, the other clients' mask probabilities, is the mean of the σ(s) that the device's
   neighbours last sent (no term until one has arrived).
@@ -19,7 +26,8 @@ Serverless adaptations (the poster has a server and gives no aggregation formula
   there, so it is absent, not a zero vote); a parameter nobody holds keeps the device's value.
   After the warmup every share holds the whole model and this is ``gossip-avg``'s average.
 - During the warmup a device sends only its subnetwork (the kept rows and columns of each
-  layer), one bit per hidden unit, and (``fedpews``) σ(s_i); afterwards its whole model.
+  layer, the kept filters and their kept input channels of each conv block), one bit per
+  hidden unit, and (``fedpews``) σ(s_i); afterwards its whole model.
 - One mask is drawn per round, from the device's own random stream, and used for all of the
   round's batches, so the parameters a device sends are exactly those it trained; each batch
   takes one step of Procedure I and one of II through the same backward pass.
@@ -36,19 +44,19 @@ import torch
 from pydantic import Field, ValidationInfo, model_validator
 from torch import nn
 
-from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, MLPOptions, Payload,
-                                    Received, TrainingWork, expect_array, require_mlp, run_facts)
+from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, Payload, Received,
+                                    TrainingWork, UnitOptions, expect_array, require_units, run_facts)
 from p2pfed.algorithms.model_payload import model_payload, model_tensors, sample_count
 from p2pfed.algorithms.registry import register
-from p2pfed.learning.model import MLP
 from p2pfed.algorithms.fedpews.neuron_masks import (ParamMasks, UnitMasks, average_where_held, fixed_units,
-                                          hidden_sizes, jaccard, masked_copy, parameter_masks,
-                                          sample_units, train_subnetwork)
+                                                    hidden_sizes, jaccard, layer_keeps, masked_copy,
+                                                    parameter_masks, sample_units, train_subnetwork)
+from p2pfed.learning.units import unit_layers
 
 PHASES = ("warmup", "full")
 
 
-class WarmupOptions(MLPOptions):
+class WarmupOptions(UnitOptions):
     warmup_rounds: int | None = Field(None, ge=0, description="W, warmup rounds; default a quarter of the rounds")
 
     @model_validator(mode="after")
@@ -76,21 +84,23 @@ class FedPeWSOptions(WarmupOptions):
 
 
 # -- the subnetwork on the wire ------------------------------------------------------------------
-def encode_subnetwork(model: MLP, units: UnitMasks) -> dict[str, np.ndarray]:
-    """The parameters of the subnetwork only (kept rows and columns of every layer) and one bit
-    per hidden unit."""
+def encode_subnetwork(model: nn.Module, units: UnitMasks) -> dict[str, np.ndarray]:
+    """The parameters of the subnetwork only (of every unit layer's parameters, the kept rows
+    and, in weights and filters, the kept columns or input channels) and one bit per hidden unit."""
     bits = torch.cat([u.bool() for u in units]).numpy()
-    keep = [torch.ones(model.layers[0].in_features, dtype=torch.bool), *[u.bool() for u in units],
-            torch.ones(model.num_classes, dtype=torch.bool)]
+    layers, keep = layer_keeps(model, [u.bool() for u in units], lambda n: torch.ones(n, dtype=torch.bool))
+    params = dict(model.named_parameters())
     tensors = {"units": np.packbits(bits)}
-    for i, layer in enumerate(model.layers):
-        w = layer.weight.detach()[keep[i + 1]][:, keep[i]]
-        tensors[f"layers.{i}.weight"] = w.numpy().astype(np.float32)
-        tensors[f"layers.{i}.bias"] = layer.bias.detach()[keep[i + 1]].numpy().astype(np.float32)
+    for i, layer in enumerate(layers):
+        for name in layer.params:
+            value = params[name].detach()[keep[i + 1]]
+            if value.dim() > 1:
+                value = value[:, keep[i]]
+            tensors[name] = value.numpy().astype(np.float32)
     return tensors
 
 
-def decode_subnetwork(model: MLP, payload: Payload) -> tuple[UnitMasks, dict[str, torch.Tensor]]:
+def decode_subnetwork(model: nn.Module, payload: Payload) -> tuple[UnitMasks, dict[str, torch.Tensor]]:
     """Inverse of ``encode_subnetwork``, checked against the local model: the unit masks and the
     parameters as dense tensors (zero outside the subnetwork). Both go into ``payload.memo``: the
     receivers of a broadcast in the simulators share them (read-only), each checking the arrays'
@@ -99,39 +109,42 @@ def decode_subnetwork(model: MLP, payload: Payload) -> tuple[UnitMasks, dict[str
     packed = expect_array(payload, "units", (-(-sum(sizes) // 8),), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
-    key = ("fedpews/subnetwork", tuple(tuple(layer.weight.shape) for layer in model.layers))
+    params = dict(model.named_parameters())
+    key = ("fedpews/subnetwork", tuple((name, tuple(params[name].shape))
+                                       for layer in unit_layers(model) for name in layer.params))
     units, keep = payload.remember(key + ("units",), lambda: _unpack_units(packed, model))
-    shapes = [(int(keep[i + 1].sum()), int(keep[i].sum())) for i in range(len(model.layers))]
-    for i, shape in enumerate(shapes):
-        expect_array(payload, f"layers.{i}.weight", shape)
-        expect_array(payload, f"layers.{i}.bias", shape[:1])
+    shapes = {}
+    for i, layer in enumerate(unit_layers(model)):
+        rows, cols = int(keep[i + 1].sum()), int(keep[i].sum())
+        for name, row_shape in zip(layer.params, layer.row_shapes):
+            shapes[name] = (rows, cols, *row_shape[1:]) if row_shape else (rows,)
+            expect_array(payload, name, shapes[name])
     return units, payload.remember(key, lambda: _dense_subnetwork(model, payload, keep, shapes))
 
 
-def _dense_subnetwork(model: MLP, payload: Payload, keep: list[torch.Tensor],
-                      shapes: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
-    """Every layer's parameters as dense tensors, zero outside the kept rows and columns."""
+def _dense_subnetwork(model: nn.Module, payload: Payload, keep: list[torch.Tensor],
+                      shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """Every unit layer's parameters as dense tensors, zero outside the kept rows and columns."""
     values = {}
-    for i, layer in enumerate(model.layers):
-        rows, cols = keep[i + 1], keep[i]
-        w = expect_array(payload, f"layers.{i}.weight", shapes[i], check=lambda a: bool(np.isfinite(a).all()))
-        b = expect_array(payload, f"layers.{i}.bias", shapes[i][:1], check=lambda a: bool(np.isfinite(a).all()))
-        dense_w = torch.zeros_like(layer.weight, dtype=torch.float32)
-        dense_w[rows.nonzero().squeeze(1).unsqueeze(1), cols.nonzero().squeeze(1).unsqueeze(0)] = \
-            torch.from_numpy(np.array(w, dtype=np.float32))
-        dense_b = torch.zeros_like(layer.bias, dtype=torch.float32)
-        dense_b[rows] = torch.from_numpy(np.array(b, dtype=np.float32))
-        values[f"layers.{i}.weight"], values[f"layers.{i}.bias"] = dense_w, dense_b
+    params = dict(model.named_parameters())
+    for i, layer in enumerate(unit_layers(model)):
+        rows = keep[i + 1].nonzero().squeeze(1)
+        cols = keep[i].nonzero().squeeze(1)
+        for name in layer.params:
+            kept = expect_array(payload, name, shapes[name], check=lambda a: bool(np.isfinite(a).all()))
+            dense = torch.zeros_like(params[name], dtype=torch.float32)
+            index = (rows.unsqueeze(1), cols.unsqueeze(0)) if dense.dim() > 1 else (rows,)
+            dense[index] = torch.from_numpy(np.array(kept, dtype=np.float32))
+            values[name] = dense
     return values
 
 
-def _unpack_units(packed: np.ndarray, model: MLP) -> tuple[UnitMasks, list[torch.Tensor]]:
+def _unpack_units(packed: np.ndarray, model: nn.Module) -> tuple[UnitMasks, list[torch.Tensor]]:
     """The hidden units' masks, and every layer's kept inputs/outputs (inputs and classes all kept)."""
     sizes = hidden_sizes(model)
     bits = np.unpackbits(packed, count=sum(sizes)).astype(bool)
     units = [torch.from_numpy(part.copy()) for part in np.split(bits, np.cumsum(sizes)[:-1])]
-    keep = [torch.ones(model.layers[0].in_features, dtype=torch.bool), *units,
-            torch.ones(model.num_classes, dtype=torch.bool)]
+    _, keep = layer_keeps(model, units, lambda n: torch.ones(n, dtype=torch.bool))
     return units, keep
 
 
@@ -154,7 +167,7 @@ class FedPeWSFixed(Algorithm):
 
     def __init__(self, ctx: DeviceContext, options: WarmupOptions) -> None:
         super().__init__(ctx, options)
-        self.model = require_mlp(ctx, self.name)
+        self.model = require_units(ctx, self.name)
         self.warmup_rounds = ctx.rounds // 4 if options.warmup_rounds is None else options.warmup_rounds
         self.sizes = hidden_sizes(self.model)
         self.units: UnitMasks | None = None   # the neuron mask trained (and sent) in the last round
@@ -226,7 +239,7 @@ class FedPeWSFixed(Algorithm):
                 payload, "theta", (sum(self.sizes),),
                 check=lambda a: bool(np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all())),
                 dtype=np.float32))
-        masks_key = ("fedpews/masks", tuple(tuple(layer.weight.shape) for layer in model.layers))
+        masks_key = ("fedpews/masks", tuple(tuple(p.shape) for p in model.parameters()))
         masks = payload.remember(masks_key, lambda: parameter_masks(model, units))
         return _Share(values, masks, units, theta, weight)
 

@@ -1,12 +1,17 @@
-"""Neuron-level masks of an MLP and training of the masked model (FedPeWS poster).
+"""Unit-level masks of a model and training of the masked model (FedPeWS poster).
 
 The poster's mask generation function G maps neuron-level scores s (one per hidden unit, h of
 them, h ≪ d) to parameter-level binary masks in three steps: θ = σ(s), m̃ ~ Bernoulli(θ), and
-m = the parameter mask of m̃. Here a weight is kept when both units it connects are kept
-(inputs and class outputs are always kept), a bias when its unit is; so the mask marks exactly
-the parameters that a subnetwork uses and trains. Training uses the straight-through estimator:
-the forward pass sees the sampled binary mask, the backward pass treats ∂m̃/∂θ as 1, so the
-scores get a gradient from the task loss.
+m = the parameter mask of m̃. The units are those of ``learning/units.py``: an MLP's hidden
+neurons, a CNN's conv-block channels (a channel is the CNN's neuron: one filter, its bias and its
+batch norm's scale and shift); the classifier's units (classes) and the inputs are always kept.
+A parameter row of a unit (its weight row or filter, its bias, its batch norm's scale and shift)
+is kept when the unit is, and within a weight row or filter the entries that read a dropped unit
+of the previous layer (a column, an input channel) are dropped too; so the mask marks exactly the
+parameters that a subnetwork uses and trains. A dropped channel outputs zero in training (its
+filter, bias and batch-norm shift are masked) and its running statistics are buffers the device
+keeps. Training uses the straight-through estimator: the forward pass sees the sampled binary
+mask, the backward pass treats ∂m̃/∂θ as 1, so the scores get a gradient from the task loss.
 """
 
 from __future__ import annotations
@@ -21,33 +26,62 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from p2pfed.learning.model import MLP
 from p2pfed.learning.training import TrainingConfig
+from p2pfed.learning.units import UnitLayer, unit_layers
 
 UnitMasks = list[torch.Tensor]     # one mask per hidden layer (bool, or float under the STE)
 ParamMasks = dict[str, torch.Tensor]
 
 
-def hidden_sizes(model: MLP) -> list[int]:
-    """Units per hidden layer: the neurons that scores and masks are defined on."""
-    return [layer.out_features for layer in model.layers[:-1]]
+def hidden_sizes(model: nn.Module) -> list[int]:
+    """Units per hidden layer (every unit layer but the classifier): the neurons or channels
+    that scores and masks are defined on."""
+    return [layer.size for layer in unit_layers(model)[:-1]]
 
 
-def parameter_masks(model: MLP, units: Sequence[torch.Tensor]) -> ParamMasks:
-    """The last step of G: neuron masks → parameter masks shaped like every weight and bias.
-
-    A weight is kept when its output and input units are both kept; a bias when its unit is.
-    Float masks (straight-through) stay differentiable; bool masks give bool masks.
-    """
-    sizes = hidden_sizes(model)
+def layer_keeps(model: nn.Module, units: Sequence[torch.Tensor],
+                ones: Callable[[int], torch.Tensor]) -> tuple[list[UnitLayer], list[torch.Tensor]]:
+    """The unit layers, and what each layer's rows read and hold: ``keep[i]`` masks the inputs of
+    unit layer i (its weight's second dimension; all kept for the first layer), ``keep[i + 1]``
+    its units (all kept for the classifier)."""
+    layers = unit_layers(model)
+    sizes = [layer.size for layer in layers[:-1]]
     if [int(u.shape[0]) for u in units] != sizes:
         raise ValueError(f"unit masks of sizes {[int(u.shape[0]) for u in units]}, model has {sizes}")
-    as_float = [u.to(torch.float32) for u in units]
-    keep = [torch.ones(model.layers[0].in_features), *as_float, torch.ones(model.num_classes)]
+    inputs = next((shape[0] for shape in layers[0].row_shapes if shape), None)
+    if inputs is None:
+        raise ValueError(f"the first unit layer's parameters {layers[0].params} read no inputs")
+    for i, layer in enumerate(layers[1:]):
+        for name, shape in zip(layer.params, layer.row_shapes):
+            if shape and shape[0] != sizes[i]:
+                raise ValueError(f"{name} reads {shape[0]} inputs, the layer before has {sizes[i]} units")
+    return layers, [ones(inputs), *units, ones(layers[-1].size)]
+
+
+def _row_mask(rows: torch.Tensor, cols: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A parameter's mask: row r kept with unit r; in a weight or filter, column c with input c."""
+    if len(shape) == 1:
+        return rows
+    out = rows.view(-1, *[1] * (len(shape) - 1)) * cols.view(1, -1, *[1] * (len(shape) - 2))
+    return out.expand(shape)
+
+
+def parameter_masks(model: nn.Module, units: Sequence[torch.Tensor]) -> ParamMasks:
+    """The last step of G: unit masks → parameter masks shaped like every parameter.
+
+    A unit's rows (weight row or filter, bias, batch norm's scale and shift) are kept with it,
+    and within them the entries reading a dropped unit of the layer before (``layer_keeps``).
+    Parameters outside the unit layers are all kept. Float masks (straight-through) stay
+    differentiable; bool masks give bool masks.
+    """
+    layers, keep = layer_keeps(model, [u.to(torch.float32) for u in units], torch.ones)
     out: ParamMasks = {}
-    for i in range(len(model.layers)):
-        out[f"layers.{i}.weight"] = keep[i + 1].unsqueeze(1) * keep[i].unsqueeze(0)
-        out[f"layers.{i}.bias"] = keep[i + 1]
+    for i, layer in enumerate(layers):
+        for name, row_shape in zip(layer.params, layer.row_shapes):
+            out[name] = _row_mask(keep[i + 1], keep[i], (layer.size, *row_shape))
+    for name, p in model.named_parameters():
+        if name not in out:
+            out[name] = torch.ones(p.shape)
     if all(u.dtype == torch.bool for u in units):
         out = {k: v > 0 for k, v in out.items()}
     return out
@@ -75,7 +109,7 @@ def masked_forward(model: nn.Module, masks: ParamMasks, x: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def masked_copy(model: MLP, masks: ParamMasks) -> MLP:
+def masked_copy(model: nn.Module, masks: ParamMasks) -> nn.Module:
     """A copy of the model whose parameters are x ⊙ m (what a subnetwork computes)."""
     masked = copy.deepcopy(model)
     for name, p in masked.named_parameters():
@@ -86,7 +120,7 @@ def masked_copy(model: MLP, masks: ParamMasks) -> MLP:
 ScorePenalty = Callable[[list[torch.Tensor]], torch.Tensor]  # θ per layer → a scalar added to L_s
 
 
-def train_subnetwork(model: MLP, units: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+def train_subnetwork(model: nn.Module, units: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                      config: TrainingConfig, generator: torch.Generator, *,
                      scores: Sequence[torch.Tensor] | None = None, score_lr: float = 0.0,
                      score_penalty: ScorePenalty | None = None) -> float:
