@@ -50,7 +50,6 @@ from p2pfed.data import DeviceData
 from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.units import has_units
 from p2pfed.learning.batched_training import TrainingJob
-from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss, TrainingConfig
 
 T = TypeVar("T")
@@ -87,19 +86,6 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class MLPOptions(Options):
-    """Options of a method that works on the units of the MLP's layers (FedSub's subnetworks,
-    SAFL's unit gates, FedPeWS's masks): any other ``model.name`` is refused before the run."""
-
-    @model_validator(mode="after")
-    def _model_is_mlp(self, info: ValidationInfo) -> MLPOptions:
-        facts = run_facts(info)
-        if facts is not None and facts.mlp_layers is None:
-            raise ValueError(f"model.name: {facts.method} works on the units of the MLP's layers; use "
-                             f"model.name: mlp (got {facts.model_name!r})")
-        return self
-
-
 class UnitOptions(Options):
     """Options of a method that works on the units of a model's layers (neurons of a dense
     layer, channels of a convolution: ``learning/units.py``): a model without units is refused
@@ -119,14 +105,6 @@ def require_units(ctx: DeviceContext, method: str) -> nn.Module:
     if not has_units(ctx.model):
         raise ValueError(f"model.name: {method} works on the units of a model's layers (neurons, channels); "
                          f"use model.name: mlp or cnn (got {ctx.model_name!r})")
-    return ctx.model
-
-
-def require_mlp(ctx: DeviceContext, method: str) -> MLP:
-    """The device's model, which must be the MLP (the run-time twin of ``MLPOptions``' check)."""
-    if not isinstance(ctx.model, MLP):
-        raise ValueError(f"model.name: {method} works on the units of the MLP's layers; use model.name: mlp "
-                         f"(got {ctx.model_name!r})")
     return ctx.model
 
 
