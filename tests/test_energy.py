@@ -134,6 +134,26 @@ def test_a_byte_over_lte_costs_the_presets_figure(lte):
     assert [float(r["energy_comm_j"]) for r in rounds] == sorted(float(r["energy_comm_j"]) for r in rounds)
 
 
+def test_an_idle_radio_costs_its_power_over_the_time_the_device_is_powered(tmp_path):
+    """A radio that only listens (no J per byte): each device's communication energy is idle_w
+    times the run's simulated time; the wifi preset's idle power is ns-3's 0.273 A at 3.0 V."""
+    assert RADIOS["wifi"].idle_w == pytest.approx(0.273 * 3.0)
+    idle = "devices.radio={send_j_per_byte: 0, receive_j_per_byte: 0, idle_w: 0.5}"
+    summary, devices, rounds = _run(tmp_path, "idle", [idle])
+    sim_time = summary["sim_time_s"]
+    for d in devices:
+        assert float(d["energy_comm_j"]) == pytest.approx(0.5 * sim_time, rel=1e-6)
+    assert summary["energy"]["idle_j_per_device"] == pytest.approx(0.5 * sim_time, rel=1e-6)
+    period = sim_time / len(rounds)
+    assert [float(r["energy_comm_j"]) for r in rounds] == pytest.approx(
+        [6 * 0.5 * period * (k + 1) for k in range(len(rounds))], rel=1e-6)   # it grows with the clock
+    # idle listening alone empties a battery: device 0 (2 J at 0.5 W) stops at its first check after 4 s
+    summary, devices, _ = _run(tmp_path, "idle-battery", ["rounds=6", idle, _battery_file(tmp_path, 2.0)])
+    assert summary["energy"]["batteries"]["devices_depleted"] == 1
+    assert 4.0 <= float(devices[0]["depleted_at_s"]) <= 4.0 + period
+    assert float(devices[0]["energy_comm_j"]) == pytest.approx(0.5 * float(devices[0]["depleted_at_s"]), rel=1e-6)
+
+
 # -- batteries ---------------------------------------------------------------------------------------
 def _battery_file(tmp_path: Path, capacity_j: float) -> str:
     path = tmp_path / "devices.csv"

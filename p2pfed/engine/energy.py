@@ -8,9 +8,10 @@ is never counted here: a device's radio energy is read, whenever it is needed, f
 the Recorder counted for it,
 
     send_j_per_byte * (bytes_sent + bytes_wasted) + receive_j_per_byte * bytes_received
-    + tail_j * transfers_started,
+    + tail_j * transfers_started + idle_w * seconds powered so far,
 
-so it is exactly the transport's byte count times the radio's figures. A battery is checked
+so it is exactly the transport's byte count times the radio's figures, plus the radio's idle
+listening over the simulated time the device has had energy (the runtime's clock, ``clock``). A battery is checked
 before each step and before each transfer (a device that has nothing left stops there; its last
 step or message may take it below zero, by at most that step or message), and recharges refill
 every battery on their schedule.
@@ -18,6 +19,7 @@ every battery on their schedule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from p2pfed.energy import EnergyPlan
@@ -52,6 +54,7 @@ class EnergyMeter:
         self.recharges = 0
         self.next_recharge = plan.first_recharge_s()
         self.snapshots: dict[int, list[float]] = {}   # round / interval -> cumulative (compute, comm) J
+        self.clock: Callable[[], float] = lambda: 0.0   # the runtime's simulated time (it sets this)
 
     @property
     def has_batteries(self) -> bool:
@@ -77,7 +80,16 @@ class EnergyMeter:
             return 0.0
         c = self.recorder.devices[i]
         return (radio.send_j_per_byte * (c.bytes_sent + c.bytes_wasted) + radio.receive_j_per_byte * c.bytes_received
-                + radio.tail_j * c.transfers_started)
+                + radio.tail_j * c.transfers_started + self.idle_j(i))
+
+    def idle_j(self, i: int) -> float:
+        """The radio's idle listening so far: ``idle_w`` over the time device ``i`` had energy."""
+        radio = self.plan.radio
+        if radio is None or not radio.idle_w:
+            return 0.0
+        now = self.clock()
+        stopped = self.depleted_s[i] + (0.0 if self.powered[i] else now - (self.depleted_at[i] or 0.0))
+        return radio.idle_w * max(now - stopped, 0.0)
 
     def used_j(self, i: int) -> float:
         return self.compute_j[i] + self.comm_j(i)
@@ -164,6 +176,8 @@ class EnergyMeter:
             "flops_total": sum(self.flops),
             "compute_s_per_step": _sig(sum(self.compute_s) / steps) if steps else None,
         }
+        if self.plan.radio is not None and self.plan.radio.idle_w:
+            out["idle_j_per_device"] = _sig(sum(self.idle_j(i) for i in range(n)) / n)   # part of comm
         if self.has_batteries:
             out["batteries"] = {"devices": sum(b is not None for b in self.plan.batteries),
                                 "devices_depleted": sum(d > 0 for d in self.depletions),

@@ -149,6 +149,7 @@ class OpportunisticSimulation:
         self.energy = energy
         self.step_started: dict[int, float] = {}    # with energy and a batch window: when each step began
         if energy is not None:
+            energy.clock = lambda: float(self.env.now)
             for i, loop in enumerate(self.loops):
                 loop.count_work = True
                 if energy.has_batteries:

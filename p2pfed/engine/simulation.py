@@ -108,6 +108,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.energy = energy
         if energy is not None:
+            energy.clock = self.now
             for i, loop in enumerate(self.loops):
                 loop.count_work = True
                 if energy.has_batteries:

@@ -383,11 +383,13 @@ class ProfileEntry(Section):
 
 
 class RadioSection(Section):
-    """A radio of your own: joules per byte sent and received, and per transfer (tail)."""
+    """A radio of your own: joules per byte sent and received, per transfer (tail), and watts
+    while it listens (idle)."""
 
     send_j_per_byte: float = Field(ge=0)
     receive_j_per_byte: float = Field(ge=0)
     tail_j: float = Field(default=0.0, ge=0)
+    idle_w: float = Field(default=0.0, ge=0)
 
 
 class DevicesSection(Section):
