@@ -4,6 +4,7 @@ the MLP's units, and resumed from a checkpoint bit for bit (batch norm's buffers
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,27 @@ def test_a_cnn_training_step_counts_its_convolutions():
     expected = 4 * 8 * 8 * (1 * 9) + 8 * 4 * 4 * (4 * 9) + 8 * 10
     assert forward_macs(model, 64) == expected
     assert model.training   # counting leaves the model's mode as it was
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs: real processes, about 30 s each
+@pytest.mark.parametrize("method", [["algorithm.name=fedsub", "algorithm.extraction=lrp-a1b0"],
+                                    ["algorithm.name=safl", "rounds=6"],
+                                    ["algorithm.name=fedpews", "algorithm.warmup_rounds=2"]],
+                         ids=["fedsub-lrp", "safl", "fedpews"])
+def test_real_peers_run_the_unit_methods_on_a_cnn(method, tmp_path):
+    """Real ZeroMQ peers (one process each) run the methods that work on channels, their
+    mechanism firing as in the simulator."""
+    from p2pfed.cli.main import main
+
+    sets = [*SMALL, "dataset.partition.num_devices=4", "topology.k=2", "training.epochs=1",
+            "engine.torch_threads=1", *method]
+    code = main(["launch", str(SCENARIO), "--out", str(tmp_path / "peers"), "--insecure", "--round-timeout", "40",
+                 *[arg for s in sets for arg in ("--set", s)]])
+    assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
+    stats = json.loads((tmp_path / "peers" / "summary.json").read_text())["algorithm_stats"]
+    if "fedsub" in method[0]:
+        assert 0 < stats["subnetwork_kept_fraction_by_layer"]["body.4"] < 1 and stats["fusions_with_mate_fraction"] > 0
+    elif "safl" in method[0]:
+        assert stats["stage_two"] == 1.0 and stats["model_size_kept"] < 1.0
+    else:
+        assert stats["warmup_rounds_done"] == 2 and stats["phase_switches"] == 1
