@@ -9,9 +9,10 @@ and SGD added straight into the weights (``learning/mlp_backprop.py``: what the 
 The figures are the median over rounds; read the ratios, not the absolute times. Threads as the
 simulation uses them (``engine.torch_threads: auto``).
 
-Federations: the quickstart (36 WISDM devices, MLP [128, 512]) and the synthetic federation of
+Federations: the quickstart (36 WISDM devices, MLP [128, 512]), the synthetic federation of
 issue 12 (``bench/scale.py``: 43 features, 6 classes, ~112 training samples per device, the
-synthetic-small model) at ``--devices`` devices.
+synthetic-small model) at ``--devices`` devices, and ``scenarios/digits-cnn.yaml`` (50 devices, the
+CNN with batch norm: only one model at a time and the vmap path apply, issue 33 goal 5).
 
     python bench/batched_training_bench.py [--rounds 5] [--devices 1000]
 """
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from scale import SCENARIO as SYNTHETIC, federation_overrides  # noqa: E402
 
 from p2pfed.learning.batched_training import TrainingJob, mlp_forward, train_group, vmap_forward  # noqa: E402
+from p2pfed.learning.model import MLP  # noqa: E402
 from p2pfed.scenario.build import build_algorithms, load_scenario_dataset  # noqa: E402
 from p2pfed.scenario.loader import load_scenario  # noqa: E402
 from p2pfed.scenario.threads import apply_torch_threads  # noqa: E402
@@ -47,9 +49,12 @@ def measure(jobs: list[TrainingJob], rounds: int) -> dict[str, tuple[float, floa
     from round to round."""
     with_data = [j for j in jobs if j.x.shape[0]]
     ways = {"one model at a time": lambda: [job.run() for job in jobs],
-            "batched, vmap + autograd": lambda: train_group(with_data, vmap_forward),
-            "batched, bmm + autograd": lambda: train_group(with_data, mlp_forward),
-            "batched, written out": lambda: train_group(with_data)}
+            "batched, vmap + autograd": lambda: train_group(with_data, vmap_forward)}
+    if isinstance(jobs[0].model, MLP):
+        ways |= {"batched, bmm + autograd": lambda: train_group(with_data, mlp_forward),
+                 "batched, written out": lambda: train_group(with_data)}
+    else:   # a model with buffers takes its own path (batch norm's statistics stacked too)
+        ways["batched, vmap + autograd"] = lambda: train_group(with_data)
     cpu: dict[str, list[float]] = {name: [] for name in ways}
     wall: dict[str, list[float]] = {name: [] for name in ways}
     for way in ways.values():   # warm-up: first calls pay lazy imports and allocations
@@ -68,11 +73,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--devices", type=int, default=1000, help="devices of the synthetic federation")
+    ap.add_argument("--only", help="run only the federations whose title contains this")
     args = ap.parse_args()
     apply_torch_threads("auto")   # engine.torch_threads default, as the simulation trains
     federations = {"quickstart (36 WISDM devices)": (None, ["rounds=2"]),
-                   f"synthetic ({args.devices} devices)": (SYNTHETIC, federation_overrides(args.devices, 2))}
+                   f"synthetic ({args.devices} devices)": (SYNTHETIC, federation_overrides(args.devices, 2)),
+                   "digits-cnn (50 devices, CNN with batch norm)": (ROOT / "scenarios" / "digits-cnn.yaml",
+                                                                     ["rounds=2"])}
     for title, (scenario, overrides) in federations.items():
+        if args.only and args.only not in title:
+            continue
         jobs = jobs_of(scenario, overrides)
         result = measure(jobs, args.rounds)
         base_cpu, base_wall = result["one model at a time"]

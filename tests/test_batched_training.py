@@ -101,6 +101,37 @@ def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_para
     _assert_same(loop, batched, [job.run() for job in loop], losses)
 
 
+def _cnn_jobs(config: TrainingConfig, shape: list[int]) -> list[TrainingJob]:
+    from p2pfed.learning.cnn import CNN
+    data = torch.Generator().manual_seed(0)
+    features = int(np.prod(shape))
+    jobs = []
+    for i, n in enumerate(SIZES):
+        torch.manual_seed(i)
+        model = CNN(features, 5, shape, [3, 4], 3)
+        x = torch.randn(n, features, generator=data)
+        y = torch.randint(0, 5, (n,), generator=data)
+        jobs.append(TrainingJob(model, x, y, config, torch.Generator().manual_seed(1000 + i)))
+    return jobs
+
+
+@pytest.mark.parametrize("config", CONFIGS[1:3], ids=["e3-b7", "e2-b10-momentum"])
+@pytest.mark.parametrize("shape", [[1, 6, 6], [2, 9]], ids=["2-D", "1-D"])
+def test_a_cnn_with_batch_norm_trains_batched_as_one_at_a_time(config, shape):
+    """The CNN's batch norm trains batched (issue 33, goal 5): its running statistics are stacked
+    and updated in place, and a step's batch statistics never see another device's rows or the
+    padding of a partial batch: parameters and running statistics equal one device at a time."""
+    loop, batched = _cnn_jobs(config, shape), _cnn_jobs(config, shape)
+    assert all(job.batchable() for job in batched if job.x.shape[0])
+    loop_losses = [job.run() for job in loop]
+    _assert_same(loop, batched, loop_losses, train_jobs(batched))
+    for a, b in zip(loop, batched, strict=True):
+        for (name, x), y in zip(a.model.named_buffers(), b.model.buffers(), strict=True):
+            torch.testing.assert_close(y, x, atol=1e-5, rtol=0, msg=name)
+    moved = dict(loop[0].model.named_buffers())["body.1.running_var"]
+    assert not torch.equal(moved, torch.ones_like(moved))   # the statistics did move
+
+
 def test_train_group_is_the_same_whatever_order_the_devices_come_in():
     config = CONFIGS[1]
     a, b = _jobs(config, SIZES[:3] + SIZES[4:]), _jobs(config, SIZES[:3] + SIZES[4:])

@@ -15,6 +15,12 @@ them): each device's shuffling order is drawn from its own generator, in the sam
 draws it (one ``randperm`` per epoch); a device with fewer batches makes no update in the steps
 it lacks; its last, partial batch's loss is the mean over its real rows; SGD with the same lr,
 momentum and weight decay, its momentum starting afresh each call.
+
+A model with buffers (the CNN's batch norm and its running statistics) trains batched too: its
+buffers are stacked like its parameters, passed to ``functional_call`` and updated in place
+under ``vmap``. Batch statistics must see only a device's real rows, so each step runs once per
+run of devices whose batches hold the same number of rows (devices are sorted by size, so these
+are contiguous slices: every full batch together, then each partial size), never on padding.
 """
 
 from __future__ import annotations
@@ -85,10 +91,10 @@ class TrainingJob:
         return (type(self.model), shapes, self.config, self.num_epochs)
 
     def batchable(self) -> bool:
-        """Plain, with data, no buffers (a batch norm's running statistics are not stacked), and
-        a forward that runs over stacked parameters (``torch.vmap``) without random draws: a
-        model with dropout, or one ``vmap`` cannot run, trains one device at a time."""
-        if not self.plain or self.x.shape[0] == 0 or any(True for _ in self.model.buffers()):
+        """Plain, with data, and a forward that runs over stacked parameters and buffers
+        (``torch.vmap``) without random draws: a model with dropout, or one ``vmap`` cannot run,
+        trains one device at a time."""
+        if not self.plain or self.x.shape[0] == 0:
             return False
         return _stackable(self.model, self.x, self.group_key())
 
@@ -109,7 +115,8 @@ def _stackable(model: nn.Module, x: torch.Tensor, key: tuple) -> bool:
         try:
             with torch.no_grad():
                 params = {n: p.detach().unsqueeze(0) for n, p in model.named_parameters()}
-                vmap_forward(model)(params, x[:1].unsqueeze(0))
+                buffers = {n: b.detach().clone().unsqueeze(0) for n, b in model.named_buffers()}   # left untouched
+                vmap_forward_with_buffers(model)(params, buffers, x[:1].unsqueeze(0))
             found = True
         except Exception:   # randomness under vmap, data-dependent control flow, ...
             found = False
@@ -146,6 +153,12 @@ StackedForward = Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 def vmap_forward(template: nn.Module) -> StackedForward:
     """``template``'s own forward over stacked parameters (k, ...) and inputs (k, batch, ...)."""
     return torch.vmap(lambda params, x: functional_call(template, params, (x,)))
+
+
+def vmap_forward_with_buffers(template: nn.Module) -> Callable[..., torch.Tensor]:
+    """``template``'s forward over stacked parameters, stacked buffers (updated in place: batch
+    norm's running statistics) and inputs (k, batch, ...)."""
+    return torch.vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)))
 
 
 def mlp_forward(template: MLP) -> StackedForward:
@@ -187,8 +200,11 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     template = jobs[0].model
     names = [name for name, _ in template.named_parameters()]
     own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
+    buffer_names = [name for name, _ in template.named_buffers()]
+    own_buffers = [list(j.model.buffers()) for j in jobs]
     with torch.no_grad():
         stacked = {n: torch.stack([params[k] for params in own]) for k, n in enumerate(names)}
+        stacked_buffers = {n: torch.stack([b[k] for b in own_buffers]) for k, n in enumerate(buffer_names)}
     written_out = forward is None and type(template) is MLP and template.gates is None
     for p in stacked.values():
         p.requires_grad_(not written_out)
@@ -216,7 +232,10 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             idx, mask = index[:k, cols], valid[:k, cols].to(x_all.dtype)
             params = {n: p[:k] for n, p in stacked.items()}
             buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
-            if written_out:
+            if stacked_buffers:
+                per_device = _steps_by_rows(template, stacked, stacked_buffers, momentum, config,
+                                            valid[:k, cols].sum(1).tolist(), x_all, y_all, idx)
+            elif written_out:
                 update = None if plain_sgd else (
                     lambda n, p, g, buffers=buffers: sgd_step({n: p}, {n: g}, config,
                                                                None if buffers is None else {n: buffers[n]}))
@@ -235,11 +254,43 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
         for k, n in enumerate(names):
             for device_params, trained in zip(own, stacked[n], strict=True):
                 device_params[k].copy_(trained)
+        for k, n in enumerate(buffer_names):
+            for device_buffers, kept in zip(own_buffers, stacked_buffers[n], strict=True):
+                device_buffers[k].copy_(kept)
     means = np.nanmean(losses.numpy(), axis=0)
     out = [0.0] * d
     for i, original in enumerate(order):
         out[original] = float(means[i])
     return out
+
+
+def _steps_by_rows(template: nn.Module, stacked: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                   momentum: dict[str, torch.Tensor] | None, config: TrainingConfig, rows: list[int],
+                   x_all: torch.Tensor, y_all: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """One SGD step of the first ``len(rows)`` devices of a model with buffers, ``rows[d]`` real
+    rows in device d's batch (non-increasing): one batched step per run of equal row counts, on
+    slices of the stacked parameters, buffers and momentum (so updates land in place), batch
+    statistics over real rows only. Returns each device's batch loss."""
+    forward = vmap_forward_with_buffers(template)
+    names = list(stacked)
+    losses = torch.empty(len(rows), dtype=x_all.dtype)
+    start = 0
+    while start < len(rows):
+        end, count = start, rows[start]
+        while end < len(rows) and rows[end] == count:
+            end += 1
+        params = {n: p[start:end] for n, p in stacked.items()}
+        take = idx[start:end, :count]
+        logits = forward(params, {n: b[start:end] for n, b in buffers.items()}, x_all[take])
+        loss = F.cross_entropy(logits.flatten(0, 1), y_all[take].flatten(), reduction="none").view(end - start, count)
+        per_device = loss.mean(1)
+        grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+        with torch.no_grad():
+            sgd_step(params, dict(zip(names, grads, strict=True)), config,
+                     None if momentum is None else {n: m[start:end] for n, m in momentum.items()})
+        losses[start:end] = per_device.detach()
+        start = end
+    return losses
 
 
 class _Shuffler:
