@@ -34,6 +34,7 @@ device's battery, None where the scenario gives none), for methods that adapt to
 from __future__ import annotations
 
 import json
+import weakref
 from abc import ABC
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -333,8 +334,10 @@ class Algorithm(ABC):
         visible = state["visible_classes"]
         ctx.set_visible_classes(None if visible is None else frozenset(visible))
         self.cache.clear()
+        # one broadcast, one payload again; weak: a payload leaves with the last cache holding it
+        interned = ctx.shared.setdefault("checkpoint/payloads", weakref.WeakValueDictionary())
         for saved in state["cache"]:
-            item = received_from_state(saved)
+            item = received_from_state(saved, interned)
             self.receive(item)   # checked again: ``parsed`` is rebuilt
             item.fresh = saved["fresh"]
 

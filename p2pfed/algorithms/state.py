@@ -8,7 +8,9 @@ the numpy arrays and cached payloads a method keeps into that vocabulary and bac
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import MutableMapping
 from typing import Any, overload
 
 import numpy as np
@@ -47,9 +49,27 @@ def received_state(item: Received) -> dict[str, Any]:
             "tensors": {k: array_state(v) for k, v in item.payload.tensors.items()}}
 
 
-def received_from_state(state: dict[str, Any]) -> Received:
-    payload = Payload(meta=json.loads(state["meta"]),
-                      tensors={k: array_from_state(v) for k, v in state["tensors"].items()})
+def received_from_state(state: dict[str, Any], interned: MutableMapping[tuple[Any, ...], Payload] | None = None
+                        ) -> Received:
+    """A cached payload back from checkpoint data. With ``interned`` (a memo the devices of one
+    process share), equal payloads — one broadcast as its receivers cached it — become one
+    ``Payload`` again, as the simulators delivered it: what is computed once per message
+    (``payload.memo``) or per shared member (``batched_fusion``'s products) is computed as it
+    was before the checkpoint, so a resumed run stays bit-identical."""
+    tensors = {k: array_from_state(v) for k, v in state["tensors"].items()}
+    key = None
+    if interned is not None:
+        digest = hashlib.blake2b(digest_size=16)
+        for name in sorted(tensors):
+            array = np.ascontiguousarray(tensors[name])
+            digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+            digest.update(array.tobytes())
+        key = (state["sender"], state["round"], state["sent_at"], state["meta"], digest.hexdigest())
+    payload = interned.get(key) if interned is not None and key is not None else None
+    if payload is None:
+        payload = Payload(meta=json.loads(state["meta"]), tensors=tensors)
+        if interned is not None and key is not None:
+            interned[key] = payload
     return Received(sender=state["sender"], round=state["round"], sent_at=state["sent_at"],
                     received_at=state["received_at"], payload=payload, fresh=state["fresh"],
                     hops=state["hops"])
