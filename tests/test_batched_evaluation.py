@@ -31,6 +31,40 @@ def test_evaluating_many_models_at_once_equals_one_at_a_time():
     assert math.isnan(together[1].f1_macro) and together[2].accuracy in (0.0, 1.0)
 
 
+def test_cnns_with_trained_batch_norm_evaluate_together_as_one_at_a_time():
+    """CNNs (issue 33, goal 5) evaluate as one stacked forward, batch norm reading each device's
+    own running statistics, and training mode is left as it was."""
+    from p2pfed.learning import batched_evaluation
+    from p2pfed.learning.cnn import CNN
+
+    data = torch.Generator().manual_seed(1)
+    sizes = [12, 0, 30, 7]
+    models = []
+    for i in range(len(sizes)):
+        torch.manual_seed(i)
+        model = CNN(36, 4, [1, 6, 6], [3, 5], 3)
+        model.train()
+        with torch.no_grad():   # statistics of their own: a few training-mode passes on different data
+            for _ in range(3):
+                model(torch.randn(8, 36, generator=data) * (i + 1) + i)
+        models.append(model)
+    xs = [torch.randn(n, 36, generator=data) for n in sizes]
+    ys = [torch.randint(0, 4, (n,), generator=data) for n in sizes]
+    groups = []
+    real = batched_evaluation._evaluate_group
+    batched_evaluation._evaluate_group = lambda m, *a: groups.append(len(m)) or real(m, *a)
+    try:
+        together = evaluate_many(models, xs, ys)
+    finally:
+        batched_evaluation._evaluate_group = real
+    assert groups == [4] and all(m.training for m in models)
+    for model, x, y, got in zip(models, xs, ys, together, strict=True):
+        want = evaluate(model, x, y)
+        for field in ("f1_macro", "loss", "accuracy"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-5, abs=1e-6), field
+
+
 def test_a_run_gives_the_same_numbers_with_one_thread_or_two(tmp_path):
     """``engine.torch_threads: auto`` uses every core in a simulation and one in a sweep worker:
     the numbers must not depend on it."""
