@@ -62,6 +62,16 @@ def test_overrides_and_seed(tmp_path):
         load_scenario(f, ["topology.kindd=ring"])
 
 
+def test_another_model_keeps_the_settings_given_with_it(repo_root):
+    """Switching a CNN scenario to the MLP drops the file's CNN options but keeps what the
+    command line gave, key by key or as a whole section (a sweep's grid sets whole sections)."""
+    cnn = repo_root / "scenarios" / "digits-cnn.yaml"
+    for overrides in (["model={name: mlp, hidden: [64, 64]}"], ["model.name=mlp", "model.hidden=[64, 64]"]):
+        model = load_scenario(cnn, overrides).scenario.model
+        assert (model.name, model.hidden, model.options) == ("mlp", [64, 64], {}), overrides
+    assert load_scenario(cnn, ["model.name=mlp"]).scenario.model.hidden == [128, 512]
+
+
 def test_missing_scenario_file_is_one_line(tmp_path):
     with pytest.raises(ScenarioError, match="scenario file not found"):
         load_scenario(tmp_path / "nope.yaml")

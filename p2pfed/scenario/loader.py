@@ -112,6 +112,8 @@ def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: li
             set_options.add(parts[1])
         if len(parts) == 2 and parts[0] == "model":
             set_model.add(parts[1])
+        if parts == ["model"] and isinstance(raw.get("model"), dict):   # the whole section given
+            set_model.update(raw["model"])
     if _model_name(raw) != file_model and isinstance(raw.get("model"), dict):
         # Another model than the file's: the file's settings of its model are left out, those
         # given on the command line kept (as for another method's options).
