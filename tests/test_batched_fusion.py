@@ -12,19 +12,21 @@ from p2pfed.algorithms.fedsub.row_fusion import ClassCluster, row_fusion_job
 from p2pfed.learning.units import UnitLayer
 
 SHAPES = {"layers.0.weight": (9, 5), "layers.0.bias": (9,), "layers.1.weight": (4, 9), "layers.1.bias": (4,)}
+CNN_SHAPES = {"body.0.weight": (4, 1, 3, 3), "body.0.bias": (4,), "body.1.weight": (4,), "body.1.bias": (4,),
+              "head.weight": (3, 4), "head.bias": (3,)}
 LAYERS = [UnitLayer(9, ("layers.0.weight", "layers.0.bias"), ((5,), ())),
           UnitLayer(4, ("layers.1.weight", "layers.1.bias"), ((9,), ()))]
 
 
-def _params(rng: np.random.Generator) -> dict[str, torch.Tensor]:
-    return {n: torch.from_numpy(rng.normal(size=s).astype(np.float32)) for n, s in SHAPES.items()}
+def _params(rng: np.random.Generator, shapes=SHAPES) -> dict[str, torch.Tensor]:
+    return {n: torch.from_numpy(rng.normal(size=s).astype(np.float32)) for n, s in shapes.items()}
 
 
-def _broadcasts(rng, n):
+def _broadcasts(rng, n, shapes=SHAPES):
     """What every device sent, as the decoded read-only arrays all its receivers share."""
     sent = []
     for _ in range(n):
-        arrays = {k: v.numpy().copy() for k, v in _params(rng).items()}
+        arrays = {k: v.numpy().copy() for k, v in _params(rng, shapes).items()}
         for a in arrays.values():
             a.flags.writeable = False
         sent.append(arrays)
@@ -37,13 +39,15 @@ def _averaging_jobs(devices, sent, neighbours, rng):
             for i in range(len(devices))]
 
 
-@pytest.mark.parametrize(("graph", "n", "dense"), [("complete", 12, True), ("ring", 12, True),
-                                                  ("ring", 100, False)])
-def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, monkeypatch):
+@pytest.mark.parametrize(("graph", "n", "dense", "shapes"), [
+    ("complete", 12, True, SHAPES), ("ring", 12, True, SHAPES), ("ring", 100, False, SHAPES),
+    ("complete", 12, True, CNN_SHAPES)], ids=["complete", "ring", "long-ring", "complete-cnn"])
+def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, shapes, monkeypatch):
+    """Also a CNN's parameters (filters of four dimensions, batch norm's scale and shift)."""
     neighbours = {i: [j for j in range(n) if j != i] if graph == "complete" else [(i - 1) % n, (i + 1) % n]
                   for i in range(n)}
     rng = np.random.default_rng(0)
-    start, sent = [_params(rng) for _ in range(n)], _broadcasts(rng, n)
+    start, sent = [_params(rng, shapes) for _ in range(n)], _broadcasts(rng, n, shapes)
     alone = [{k: v.clone() for k, v in p.items()} for p in start]
     together = [{k: v.clone() for k, v in p.items()} for p in start]
     for job in _averaging_jobs(alone, sent, neighbours, np.random.default_rng(1)):
@@ -54,9 +58,9 @@ def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, mo
     run_fusion_jobs(_averaging_jobs(together, sent, neighbours, np.random.default_rng(1)))
     # one product per parameter where it pays; on a long ring (2 of 99 members each) it would do
     # 17x the work needed, so the jobs run one at a time, exactly as alone
-    assert products == ([n] * len(SHAPES) if dense else [])
+    assert products == ([n] * len(shapes) if dense else [])
     for a, b in zip(alone, together, strict=True):
-        for name in SHAPES:
+        for name in shapes:
             torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-6)
             if not dense:
                 assert torch.equal(b[name], a[name])
