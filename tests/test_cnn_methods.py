@@ -85,6 +85,7 @@ def test_fedpews_masks_select_a_conv_blocks_channels_and_train_only_them():
         assert torch.equal(decoded.values[name], torch.where(masks[name], p.detach(), 0.0)), name
 
 
+@pytest.mark.slow   # whole runs in both runtimes: in the slow set .ci/run also runs
 @pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed"])
 def test_fedpews_runs_a_cnn_in_rounds_and_over_contacts(name):
     rounds = run_scenario(_loaded(name, "algorithm.warmup_rounds=2"), progress=False)
@@ -150,6 +151,7 @@ def test_fedali_refuses_hidden_layer_on_a_cnn_in_one_line():
     assert len(lines) == 1 and "algorithm.hidden_layer: picks a layer of the MLP; 'cnn'" in lines[0], lines
 
 
+@pytest.mark.slow   # whole runs in both runtimes: in the slow set .ci/run also runs
 def test_fedali_runs_a_cnn_in_rounds_and_over_contacts():
     rounds = run_scenario(_loaded("fedali", "algorithm.prototypes=8"), progress=False)
     contacts = run_scenario(_loaded("fedali", "algorithm.prototypes=8", *CONTACTS), progress=False)
@@ -184,6 +186,7 @@ def test_the_cnns_head_stays_local_and_its_body_is_shared(name):
     assert all(torch.equal(t, buffers[n]) for n, t in a.ctx.model.named_buffers())
 
 
+@pytest.mark.slow   # whole runs in both runtimes: in the slow set .ci/run also runs
 @pytest.mark.parametrize("name", ["fedper", "fedrep"])
 def test_fedper_and_fedrep_run_a_cnn_in_rounds_and_over_contacts(name):
     quick = ["algorithm.head_epochs=2"] if name == "fedrep" else []

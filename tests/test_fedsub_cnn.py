@@ -161,6 +161,7 @@ def _run(tmp_path: Path, *extra: str) -> dict:
     return summary
 
 
+@pytest.mark.slow   # a whole run (about 30 s): in the slow set .ci/run also runs
 def test_fedsub_runs_on_a_cnn_and_its_lrp_subnetworks_select_channels(tmp_path):
     summary = _run(tmp_path, "algorithm.extraction=lrp-a1b0")
     stats = summary["algorithm_stats"]
