@@ -25,7 +25,7 @@ from p2pfed.algorithms.safl.slimming import (
     pruned_fraction,
     pruned_units_frozen,
     slim_masks,
-    zero_pruned_gates,
+    zero_pruned_factors,
 )
 from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import ScenarioError, load_scenario
@@ -66,7 +66,7 @@ def test_rate_schedule_steps_up_to_the_target():
 def test_a_pruned_unit_stays_out_while_frozen_and_can_come_back_after_recovery():
     model = _gated()
     masks = slim_masks([g.detach() for g in model.gates], 0.5)
-    zero_pruned_gates(model, masks)
+    zero_pruned_factors(model, masks)
     x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
     before = model(x).detach()
     with pruned_units_frozen(model, masks):
@@ -85,7 +85,7 @@ def test_a_pruned_unit_stays_out_while_frozen_and_can_come_back_after_recovery()
 def test_only_the_sub_model_travels_and_decodes_in_place():
     model = _gated(hidden=(64, 64))
     masks = slim_masks([g.detach() for g in model.gates], 0.5)
-    zero_pruned_gates(model, masks)
+    zero_pruned_factors(model, masks)
     payload = encode_submodel(model, masks, num_samples=3)
     sub = decode_submodel(model, payload)
     assert [m.tolist() for m in sub.masks] == [m.tolist() for m in masks]

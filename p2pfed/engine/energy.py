@@ -88,8 +88,7 @@ class EnergyMeter:
         if radio is None or not radio.idle_w:
             return 0.0
         now = self.clock()
-        stopped = self.depleted_s[i] + (0.0 if self.powered[i] else now - (self.depleted_at[i] or 0.0))
-        return radio.idle_w * max(now - stopped, 0.0)
+        return radio.idle_w * max(now - self._stopped_s(i, now), 0.0)
 
     def used_j(self, i: int) -> float:
         return self.compute_j[i] + self.comm_j(i)
@@ -187,9 +186,12 @@ class EnergyMeter:
                                                                  / max(sim_time_s, 1e-12), 4)}
         return out
 
+    def _stopped_s(self, i: int, now: float) -> float:
+        """Time device ``i`` spent with an empty battery up to ``now``."""
+        return self.depleted_s[i] + (0.0 if self.powered[i] else now - (self.depleted_at[i] or 0.0))
+
     def _depleted_time(self, end_s: float) -> float:
-        return sum(self.depleted_s) + sum(end_s - (at or 0.0) for at, on in zip(self.depleted_at, self.powered)
-                                          if not on)
+        return sum(self._stopped_s(i, end_s) for i in range(self.plan.num_devices))
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

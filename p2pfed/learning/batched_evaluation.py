@@ -32,7 +32,7 @@ def evaluate_many(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: S
     groups: dict[tuple, list[int]] = {}
     for i, model in enumerate(models):
         if (isinstance(model, MLP) and not any(True for _ in model.buffers())) or type(model) is CNN:
-            shapes = tuple((name, tuple(p.shape)) for name, p in model.state_dict().items())
+            shapes = tuple((name, tuple(p.shape)) for name, p in model.named_parameters())
             gated = isinstance(model, MLP) and model.gates is not None
             groups.setdefault((type(model), gated, shapes, xs[i].dtype), []).append(i)
     for members in groups.values():

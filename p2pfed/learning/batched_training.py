@@ -219,6 +219,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     shuffle = _Shuffler(jobs, sizes, width)
 
     batched_forward = (forward or stacked_forward)(template)
+    buffered_forward = vmap_forward_with_buffers(template) if stacked_buffers else None
     plain_sgd = config.momentum == 0 and config.weight_decay == 0
     for j in jobs:
         j.model.train()
@@ -232,8 +233,8 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             idx, mask = index[:k, cols], valid[:k, cols].to(x_all.dtype)
             params = {n: p[:k] for n, p in stacked.items()}
             buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
-            if stacked_buffers:
-                per_device = _steps_by_rows(template, stacked, stacked_buffers, momentum, config,
+            if buffered_forward is not None:
+                per_device = _steps_by_rows(buffered_forward, stacked, stacked_buffers, momentum, config,
                                             valid[:k, cols].sum(1).tolist(), x_all, y_all, idx)
             elif written_out:
                 update = None if plain_sgd else (
@@ -264,14 +265,14 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     return out
 
 
-def _steps_by_rows(template: nn.Module, stacked: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                   momentum: dict[str, torch.Tensor] | None, config: TrainingConfig, rows: list[int],
-                   x_all: torch.Tensor, y_all: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """One SGD step of the first ``len(rows)`` devices of a model with buffers, ``rows[d]`` real
-    rows in device d's batch (non-increasing): one batched step per run of equal row counts, on
-    slices of the stacked parameters, buffers and momentum (so updates land in place), batch
-    statistics over real rows only. Returns each device's batch loss."""
-    forward = vmap_forward_with_buffers(template)
+def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torch.Tensor],
+                   buffers: dict[str, torch.Tensor], momentum: dict[str, torch.Tensor] | None,
+                   config: TrainingConfig, rows: list[int], x_all: torch.Tensor, y_all: torch.Tensor,
+                   idx: torch.Tensor) -> torch.Tensor:
+    """One SGD step (``forward``: ``vmap_forward_with_buffers``) of the first ``len(rows)`` devices
+    of a model with buffers, ``rows[d]`` real rows in device d's batch (non-increasing): one
+    batched step per run of equal row counts, on slices of the stacked parameters, buffers and
+    momentum (so updates land in place), batch statistics over real rows only. Returns each device's batch loss."""
     names = list(stacked)
     losses = torch.empty(len(rows), dtype=x_all.dtype)
     start = 0

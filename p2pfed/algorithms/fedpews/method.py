@@ -51,7 +51,7 @@ from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.fedpews.neuron_masks import (ParamMasks, UnitMasks, average_where_held, fixed_units,
                                                     hidden_sizes, jaccard, layer_keeps, masked_copy,
                                                     parameter_masks, sample_units, train_subnetwork)
-from p2pfed.learning.units import unit_layers
+from p2pfed.learning.units import UnitLayer, unit_layers
 
 PHASES = ("warmup", "full")
 
@@ -109,25 +109,24 @@ def decode_subnetwork(model: nn.Module, payload: Payload) -> tuple[UnitMasks, di
     packed = expect_array(payload, "units", (-(-sum(sizes) // 8),), kinds="u")
     if packed.dtype != np.uint8:
         raise ArtifactError(f"tensor 'units' has dtype {packed.dtype}, expected uint8 (packed bits)")
-    params = dict(model.named_parameters())
-    key = ("fedpews/subnetwork", tuple((name, tuple(params[name].shape))
-                                       for layer in unit_layers(model) for name in layer.params))
+    layers = unit_layers(model)
+    key = ("fedpews/subnetwork", tuple(layers))
     units, keep = payload.remember(key + ("units",), lambda: _unpack_units(packed, model))
     shapes = {}
-    for i, layer in enumerate(unit_layers(model)):
+    for i, layer in enumerate(layers):
         rows, cols = int(keep[i + 1].sum()), int(keep[i].sum())
         for name, row_shape in zip(layer.params, layer.row_shapes):
             shapes[name] = (rows, cols, *row_shape[1:]) if row_shape else (rows,)
             expect_array(payload, name, shapes[name])
-    return units, payload.remember(key, lambda: _dense_subnetwork(model, payload, keep, shapes))
+    return units, payload.remember(key, lambda: _dense_subnetwork(model, layers, payload, keep, shapes))
 
 
-def _dense_subnetwork(model: nn.Module, payload: Payload, keep: list[torch.Tensor],
+def _dense_subnetwork(model: nn.Module, layers: list[UnitLayer], payload: Payload, keep: list[torch.Tensor],
                       shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """Every unit layer's parameters as dense tensors, zero outside the kept rows and columns."""
     values = {}
     params = dict(model.named_parameters())
-    for i, layer in enumerate(unit_layers(model)):
+    for i, layer in enumerate(layers):
         rows = keep[i + 1].nonzero().squeeze(1)
         cols = keep[i].nonzero().squeeze(1)
         for name in layer.params:

@@ -161,7 +161,7 @@ def kept_parameter_fraction(model: nn.Module, masks: KeepMasks) -> float:
 
 
 @torch.no_grad()
-def zero_pruned_gates(model: nn.Module, masks: KeepMasks) -> dict[str, np.ndarray]:
+def zero_pruned_factors(model: nn.Module, masks: KeepMasks) -> dict[str, np.ndarray]:
     """NetSlim's cut: set the factors (and shifts) of pruned units to 0, which removes them from
     the function. Returns the shifts it zeroed (full size, 0 where kept), for ``recover_units``."""
     params = dict(model.named_parameters())
@@ -175,13 +175,11 @@ def zero_pruned_gates(model: nn.Module, masks: KeepMasks) -> dict[str, np.ndarra
     return shifts
 
 
-zero_pruned_factors = zero_pruned_gates
-
 
 @torch.no_grad()
 def recover_units(model: nn.Module, masks: KeepMasks, shifts: dict[str, np.ndarray]) -> None:
     """ModelRecover: the full model again, pruned units with factor 0 (where pruning left them)
-    and their shift as it was before the cut (``zero_pruned_gates``' return)."""
+    and their shift as it was before the cut (``zero_pruned_factors``' return)."""
     params = dict(model.named_parameters())
     for (_, shift), m in zip(factor_params(model), masks):
         if shift is not None and shift in shifts:
