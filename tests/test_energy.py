@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,39 +100,78 @@ def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(pla
     macs = 16 * 16 + 16 * 32 + 32 * 4                              # the MLP's multiply-adds per sample
     model = build_model(16, 4, [16, 32], seed=0)
     assert training_flops(model, small[0], 1) == 6 * macs * small[0]
+    # each fusion (rounds 1-3) averages the device's model with its 5 neighbours': a multiply-add
+    # per value of each of the 6 models, whatever the data
+    fusion = 3 * 2 * sum(p.numel() for p in model.parameters()) * 6
     for i, n in enumerate(small):
         steps = 4                                                  # one per round, every device takes part
-        assert float(s_dev[i]["compute_s"]) == pytest.approx(steps * 6 * macs * n / 1e5, rel=1e-6)
-        assert float(l_dev[i]["compute_s"]) == pytest.approx(2 * float(s_dev[i]["compute_s"]), rel=1e-6)
-        assert float(l_dev[i]["energy_compute_j"]) == pytest.approx(2 * float(s_dev[i]["energy_compute_j"]),
-                                                                    rel=1e-6)
-        assert float(s_dev[i]["energy_compute_j"]) == pytest.approx(steps * 6 * macs * n * 2e-9, rel=1e-5)
+        assert float(s_dev[i]["fusion_flops"]) == float(l_dev[i]["fusion_flops"]) == fusion
+        training = {d: float(dev[i]["compute_s"]) - fusion / 1e5 for d, dev in (("s", s_dev), ("l", l_dev))}
+        assert training["s"] == pytest.approx(steps * 6 * macs * n / 1e5, rel=1e-6)
+        assert training["l"] == pytest.approx(2 * training["s"], rel=1e-6)
+        training_j = {d: float(dev[i]["energy_compute_j"]) - fusion * 2e-9 for d, dev in (("s", s_dev), ("l", l_dev))}
+        assert training_j["l"] == pytest.approx(2 * training_j["s"], rel=1e-5)
+        assert training_j["s"] == pytest.approx(steps * 6 * macs * n * 2e-9, rel=1e-5)
     # and the runtime waited for it: a share leaves when its step is done, so messages take the
-    # step's time longer to arrive (2.58 s more, then 5.16 s more, than the bare links take)
+    # step's time longer to arrive (2.58 s more, then 5.16 s more, than the bare links take, and
+    # the fusion's 0.11 s in rounds 1-3)
     bare = plain[0]["comm"]["delivery_time_s"]["median"]
-    step = 6 * macs * small[0] / 1e5
-    assert s_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + step, rel=0.03)
-    assert l_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + 2 * step, rel=0.03)
+    step, fused = 6 * macs * small[0] / 1e5, fusion / 3 / 1e5
+    assert s_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + step + fused, rel=0.03)
+    assert l_sum["comm"]["delivery_time_s"]["median"] == pytest.approx(bare + 2 * step + fused, rel=0.03)
 
 
 # -- energy per byte --------------------------------------------------------------------------------
 def test_a_byte_over_lte_costs_the_presets_figure(lte):
+    """The preset is ARO's LTE model at Huang et al.'s median rates: alpha_up 438.39 mW/Mbps at
+    6 Mbit/s up and alpha_down 51.97 mW/Mbps at 13 Mbit/s down, each on top of beta 1.2 W; and
+    the run's radio energy is the recorder's bytes times those figures plus the tails and idle."""
     summary, devices, rounds = lte
     lte = RADIOS["lte"]
-    assert lte.send_j_per_byte == pytest.approx(2.0 * 8 / 6e6)       # 2 W at a 6 Mbit/s uplink
-    assert lte.receive_j_per_byte == pytest.approx(1.5 * 8 / 13e6)   # 1.5 W at a 13 Mbit/s downlink
+    assert lte.send_j_per_byte == pytest.approx((0.43839 * 6 + 1.2) * 8 / 6e6)       # 3.83 W at 6 Mbit/s
+    assert lte.receive_j_per_byte == pytest.approx((0.05197 * 13 + 1.2) * 8 / 13e6)  # 1.88 W at 13 Mbit/s
+    assert lte.tail_w * lte.tail_s == pytest.approx(0.1 * 1.2 + (0.002 * 1.68 + 0.018 * 1.06)
+                                                    + 250 * (0.002 * 1.68 + 0.038 * 1.06))   # 11.05 J
     energy = summary["energy"]
     assert energy["radio"]["send_j_per_byte"] == lte.send_j_per_byte
     sent = [int(d["bytes_sent"]) + int(d["bytes_wasted"]) for d in devices]   # the recorder's counts
     received = [int(d["bytes_received"]) for d in devices]
     assert sum(sent) == summary["comm"]["bytes_sent_total"] > 0
-    for d, s, r in zip(devices, sent, received, strict=True):
-        assert float(d["energy_comm_j"]) == pytest.approx(s * lte.send_j_per_byte + r * lte.receive_j_per_byte,
-                                                          rel=1e-5)
-    assert energy["comm_j_total"] == pytest.approx(sum(sent) * lte.send_j_per_byte
-                                                   + sum(received) * lte.receive_j_per_byte, rel=1e-6)
+    per_byte = sum(sent) * lte.send_j_per_byte + sum(received) * lte.receive_j_per_byte
+    n, sim_time = len(devices), summary["sim_time_s"]
+    assert energy["idle_j_per_device"] == pytest.approx(lte.idle_w * sim_time, rel=1e-6)
+    # one busy spell a round, 10 s apart: each round's tail runs whole (10.12 s cut at the next
+    # spell, i.e. a little under 10 s), the last one until the run ends
+    assert 0 < energy["tail_j_per_device"] <= lte.tail_w * sim_time
+    assert energy["comm_j_total"] == pytest.approx(
+        per_byte + n * (energy["tail_j_per_device"] + energy["idle_j_per_device"]), rel=1e-6)
+    assert sum(float(d["energy_comm_j"]) for d in devices) == pytest.approx(energy["comm_j_total"], rel=1e-6)
     assert float(rounds[-1]["energy_comm_j"]) == pytest.approx(energy["comm_j_total"], rel=1e-6)
     assert [float(r["energy_comm_j"]) for r in rounds] == sorted(float(r["energy_comm_j"]) for r in rounds)
+
+
+def test_a_radio_tail_runs_after_each_busy_spell_until_the_next_cuts_it():
+    """tail_w for up to tail_s after a spell: cut short by a spell that starts within it, whole
+    when the next one is later, and the latest one's part so far (the runtime's clock)."""
+    from p2pfed.energy import EnergyPlan, Radio
+    from p2pfed.engine.energy import EnergyMeter
+    from p2pfed.results.recorder import Recorder
+
+    radio = Radio("tailed", 0.0, 0.0, tail_w=1.0, tail_s=2.0)
+    meter = EnergyMeter(EnergyPlan(2, None, radio, (None, None)), Recorder(2))
+    now = [0.0]
+    meter.clock = lambda: now[0]
+    for start, end in [(0.0, 1.0), (1.5, 2.0), (1.8, 2.5), (10.0, 11.0)]:
+        meter.radio_busy(0, start, end)
+    now[0] = 11.5
+    assert meter.tail_so_far(0) == pytest.approx(0.5 + 2.0 + 0.5)   # cut at 1.5; whole after 2.5; 0.5 so far
+    now[0] = 30.0
+    assert meter.comm_j(0) == pytest.approx(0.5 + 2.0 + 2.0) and meter.comm_j(1) == 0.0
+    state = meter.state_dict()
+    again = EnergyMeter(EnergyPlan(2, None, radio, (None, None)), Recorder(2))
+    again.load_state_dict(state)
+    again.clock = meter.clock
+    assert again.comm_j(0) == meter.comm_j(0)
 
 
 def test_an_idle_radio_costs_its_power_over_the_time_the_device_is_powered(tmp_path):
@@ -253,7 +293,8 @@ def test_training_a_method_does_inside_train_counts_too(tmp_path):
     the work of a plain step (48 samples, one epoch, the 16-32 MLP), each step twice as long."""
     ditto = _run(tmp_path, "ditto", [SLOW, "rounds=2", "algorithm.name=ditto"])[1]
     plain_step = 6 * (16 * 16 + 16 * 32 + 32 * 4) * 48 / 1e5
-    assert [float(d["compute_s"]) for d in ditto] == pytest.approx([2 * 2 * plain_step] * 6, rel=1e-6)
+    training = [float(d["compute_s"]) - float(d["fusion_flops"]) / 1e5 for d in ditto]
+    assert training == pytest.approx([2 * 2 * plain_step] * 6, rel=1e-6)
 
 
 def test_compare_shows_joules_per_device_only_for_runs_that_model_them(plain, lte):
@@ -309,3 +350,20 @@ def test_sweep_tables_show_joules_only_when_the_cells_model_energy():
     assert tuple(row[c] for c in columns) == (0.5, 0.4, 0.1)
     assert "joules_per_device_mean" in summary_columns([], True)
     assert summary_rows(with_energy, [])[0]["joules_per_device_mean"] == 0.5
+
+
+def test_fedsubs_k_sweeps_count_as_its_fusion_work(tmp_path):
+    """FedSub's fusion work includes its K sweeps (``Clustering.flops``): more than the weighted
+    sums alone could ever be (every member's whole model at every fusion), and a sweep's count
+    grows with the prototypes it clusters."""
+    from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
+
+    summary, devices, _ = _run(tmp_path, "fedsub", [SLOW, "rounds=3", "algorithm.name=fedsub"])
+    assert summary["algorithm_stats"]["k_mean"] >= 1   # it clustered
+    params = sum(p.numel() for p in build_model(16, 4, [16, 32], seed=0).parameters())
+    sums_at_most = 3 * 2 * params * 6
+    assert all(float(d["fusion_flops"]) > sums_at_most for d in devices)
+    rng = np.random.default_rng(0)
+    small, large = (choose_k_by_dbi_many([rng.normal(size=(n, 8))], k_max=4)[0] for n in (6, 12))
+    assert 0 < small.flops < large.flops
+    assert small.flops >= 2 * 6 * 8 * 4 * sum(k * (2 + 1 + 1) for k in range(2, 5))   # >= 1 iteration per K

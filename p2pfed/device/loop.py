@@ -90,9 +90,10 @@ class DeviceLoop:
         self.actions = 0    # times the device acted (trained and shared)
         self.fusions = 0    # fusions that used at least one new artifact
         # Set by a runtime that models devices (``devices`` in the scenario): each step then
-        # counts its training work in ``work_flops`` (p2pfed/energy/work.py).
+        # counts its work in ``work_flops`` (p2pfed/energy/work.py), ``fusion_flops`` of it fusing.
         self.count_work = False
         self.work_flops = 0.0
+        self.fusion_flops = 0.0
 
     def act(self, round: int, *, train: bool = True, evaluate: bool = False) -> list[Outgoing]:
         """One step of the device: fuse → train → share, with the evaluation (if due) after the
@@ -239,14 +240,17 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
     the plain training jobs as one batched computation per architecture (``train_jobs``) and the
     evaluations together (``evaluate_together``); otherwise each one alone, in device order."""
     rounds = _per_device(rounds, len(loops))
-    jobs = [job for job in (p.job() for p in pending if p is not None) if job is not None]
+    each: list[FusionJob | None] = [None if p is None else p.job() for p in pending]
+    jobs = [job for job in each if job is not None]
     if batched:
         run_fusion_jobs(jobs)
     else:
         for job in jobs:
             job.run()
-    for loop, fusion in zip(loops, pending, strict=True):
+    for loop, fusion, done in zip(loops, pending, each, strict=True):
         loop.finish_fusion(fusion)
+        if loop.count_work:
+            loop.fusion_flops = loop.work_flops = 0.0 if done is None else done.flops()
     if evaluate:
         _evaluate_where(loops, rounds, "after-fusion", batched)
     training: list[TrainingJob] = []
@@ -266,7 +270,7 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
                 trained = list(inline)
                 if work is not None:
                     trained.append((work.model, int(work.x.shape[0]), work.num_epochs, int(work.x.shape[1])))
-                loop.work_flops = sum(training_flops(m, n, e, width) for m, n, e, width in trained)
+                loop.work_flops += sum(training_flops(m, n, e, width) for m, n, e, width in trained)
     if batched:
         train_jobs(training)
     else:

@@ -1,20 +1,22 @@
 """The runtimes' energy account (issue 34): how long each training step takes on its device,
 what its arithmetic and its radio cost, and whether its battery still holds.
 
-Compute is charged per step from the work the step actually did (``DeviceLoop.work_flops``, the
-FLOPs of its training job and of any training its method ran inside ``train``): it takes
-``flops / flops_per_s`` simulated seconds and costs ``flops * joules_per_flop``. Communication
-is never counted here: a device's radio energy is read, whenever it is needed, from the bytes
-the Recorder counted for it,
+Compute is charged per step from the work the step actually did (``DeviceLoop.work_flops``: the
+FLOPs of its training job and of any training its method ran inside ``train``, and of its
+fusion, ``FusionJob.flops``, which includes the work the method spent making the job, e.g.
+FedSub's clustering): it takes ``flops / flops_per_s`` simulated seconds and costs
+``flops * joules_per_flop``. Communication is never counted here: a device's radio energy is
+read, whenever it is needed, from the bytes the Recorder counted for it,
 
     send_j_per_byte * (bytes_sent + bytes_wasted) + receive_j_per_byte * bytes_received
-    + tail_j * transfers_started + idle_w * seconds powered so far,
+    + tail_w * (tail time) + idle_w * seconds powered so far,
 
-so it is exactly the transport's byte count times the radio's figures, plus the radio's idle
-listening over the simulated time the device has had energy (the runtime's clock, ``clock``). A battery is checked
-before each step and before each transfer (a device that has nothing left stops there; its last
-step or message may take it below zero, by at most that step or message), and recharges refill
-every battery on their schedule.
+so it is exactly the transport's byte count times the radio's figures, plus the radio's tail
+after its transfers (``radio_busy``: up to ``tail_s`` after each busy spell, cut short by the
+next) and its idle listening over the simulated time the device has had energy (the runtime's
+clock, ``clock``). A battery is checked before each step and before each transfer (a device
+that has nothing left stops there; its last step or message may take it below zero, by at most
+that step or message), and recharges refill every battery on their schedule.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _sig(x: float) -> float:
     return float(f"{x:.10g}")
 
 ROUND_COLUMNS = ("energy_compute_j", "energy_comm_j", "energy_j")
-DEVICE_COLUMNS = ("profile", "flops", "compute_s", "energy_compute_j", "energy_comm_j", "energy_j",
+DEVICE_COLUMNS = ("profile", "flops", "fusion_flops", "compute_s", "energy_compute_j", "energy_comm_j", "energy_j",
                   "battery_j", "battery_left_j", "depleted_at_s", "depletions")
 
 
@@ -43,6 +45,9 @@ class EnergyMeter:
         self.plan = plan
         self.recorder = recorder
         self.flops = [0.0] * n
+        self.fusion_flops = [0.0] * n          # the part of flops spent fusing (and clustering)
+        self.busy_until: list[float | None] = [None] * n   # the end of the radio's latest busy spell
+        self.tail_j = [0.0] * n                # tails charged before the latest busy spell
         self.compute_s = [0.0] * n
         self.compute_j = [0.0] * n
         self.steps = [0] * n
@@ -61,14 +66,20 @@ class EnergyMeter:
         return self.plan.has_batteries
 
     # -- compute -------------------------------------------------------------------------------
-    def charge_step(self, i: int, flops: float) -> float:
-        """Device ``i`` did a step of ``flops``: charge it; returns its simulated duration (s)."""
-        profile = None if self.plan.profiles is None else self.plan.profiles[i]
+    def charge_step(self, i: int, flops: float, fusion_flops: float = 0.0) -> float:
+        """Device ``i`` did a step of ``flops`` (``fusion_flops`` of them fusing): charge it;
+        returns its simulated duration (s)."""
         self.steps[i] += 1
+        return self.charge_work(i, flops, fusion_flops)
+
+    def charge_work(self, i: int, flops: float, fusion_flops: float = 0.0) -> float:
+        """``charge_step`` without counting a step (a device that fused but took no part)."""
+        profile = None if self.plan.profiles is None else self.plan.profiles[i]
         if profile is None:
             return 0.0
         seconds = flops / profile.flops_per_s
         self.flops[i] += flops
+        self.fusion_flops[i] += fusion_flops
         self.compute_s[i] += seconds
         self.compute_j[i] += flops * profile.joules_per_flop
         return seconds
@@ -80,7 +91,25 @@ class EnergyMeter:
             return 0.0
         c = self.recorder.devices[i]
         return (radio.send_j_per_byte * (c.bytes_sent + c.bytes_wasted) + radio.receive_j_per_byte * c.bytes_received
-                + radio.tail_j * c.transfers_started + self.idle_j(i))
+                + self.tail_so_far(i) + self.idle_j(i))
+
+    def radio_busy(self, i: int, start: float, end: float) -> None:
+        """Device ``i``'s radio sends or receives from ``start`` to ``end`` (simulated s): the tail
+        of its previous busy spell ends here (cut short if this one starts within ``tail_s``)."""
+        radio = self.plan.radio
+        if radio is None or not radio.tail_w:
+            return
+        last = self.busy_until[i]
+        if last is not None and start > last:
+            self.tail_j[i] += radio.tail_w * min(start - last, radio.tail_s)
+        self.busy_until[i] = end if last is None else max(last, end)
+
+    def tail_so_far(self, i: int) -> float:
+        """The radio's tails up to now: those cut by a later spell, and the latest one's part so far."""
+        radio, last = self.plan.radio, self.busy_until[i]
+        if radio is None or last is None:
+            return 0.0
+        return self.tail_j[i] + radio.tail_w * min(max(self.clock() - last, 0.0), radio.tail_s)
 
     def idle_j(self, i: int) -> float:
         """The radio's idle listening so far: ``idle_w`` over the time device ``i`` had energy."""
@@ -147,6 +176,7 @@ class EnergyMeter:
         profile = None if self.plan.profiles is None else self.plan.profiles[i]
         left = self.left_j(i)
         return {"profile": "" if profile is None else profile.name, "flops": self.flops[i],
+                "fusion_flops": self.fusion_flops[i],
                 "compute_s": _sig(self.compute_s[i]), "energy_compute_j": _sig(self.compute_j[i]),
                 "energy_comm_j": _sig(self.comm_j(i)), "energy_j": _sig(self.used_j(i)),
                 "battery_j": "" if self.plan.batteries[i] is None else self.plan.batteries[i],
@@ -173,10 +203,13 @@ class EnergyMeter:
             "compute_j_per_device": _sig(sum(self.compute_j) / n),
             "total_j_per_device": _sig((sum(comm) + sum(self.compute_j)) / n),
             "flops_total": sum(self.flops),
+            "fusion_flops_total": sum(self.fusion_flops),
             "compute_s_per_step": _sig(sum(self.compute_s) / steps) if steps else None,
         }
         if self.plan.radio is not None and self.plan.radio.idle_w:
             out["idle_j_per_device"] = _sig(sum(self.idle_j(i) for i in range(n)) / n)   # part of comm
+        if self.plan.radio is not None and self.plan.radio.tail_w:
+            out["tail_j_per_device"] = _sig(sum(self.tail_so_far(i) for i in range(n)) / n)   # part of comm
         if self.has_batteries:
             out["batteries"] = {"devices": sum(b is not None for b in self.plan.batteries),
                                 "devices_depleted": sum(d > 0 for d in self.depletions),
@@ -195,7 +228,9 @@ class EnergyMeter:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"flops": list(self.flops), "compute_s": list(self.compute_s), "compute_j": list(self.compute_j),
+        return {"flops": list(self.flops), "fusion_flops": list(self.fusion_flops),
+                "busy_until": list(self.busy_until), "tail_j": list(self.tail_j),
+                "compute_s": list(self.compute_s), "compute_j": list(self.compute_j),
                 "steps": list(self.steps), "used_at_charge": list(self.used_at_charge),
                 "powered": list(self.powered), "depleted_at": list(self.depleted_at),
                 "depletions": list(self.depletions), "depleted_s": list(self.depleted_s),
@@ -205,6 +240,9 @@ class EnergyMeter:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.flops = [float(x) for x in state["flops"]]
+        self.fusion_flops = [float(x) for x in state["fusion_flops"]]
+        self.busy_until = [None if x is None else float(x) for x in state["busy_until"]]
+        self.tail_j = [float(x) for x in state["tail_j"]]
         self.compute_s = [float(x) for x in state["compute_s"]]
         self.compute_j = [float(x) for x in state["compute_j"]]
         self.steps = [int(x) for x in state["steps"]]

@@ -201,7 +201,7 @@ class OpportunisticSimulation:
             return 0.0
         loop = self.loops[i]
         shares = loop.act(loop.actions)
-        took = self.energy.charge_step(i, loop.work_flops)
+        took = self.energy.charge_step(i, loop.work_flops, loop.fusion_flops)
         self._act([i], [shares], [took])
         return took
 
@@ -248,7 +248,7 @@ class OpportunisticSimulation:
         # each step is done its work's time after it started, at the window's end at the earliest
         now = float(self.env.now)
         self._act(stepped, shares, [max(0.0, self.step_started.pop(i, now) + self.energy.charge_step(
-            i, self.loops[i].work_flops) - now) for i in stepped])
+            i, self.loops[i].work_flops, self.loops[i].fusion_flops) - now) for i in stepped])
 
     def _act(self, devices: list[int], shares: list[list[Outgoing]], delays: list[float] | None = None) -> None:
         """The devices acted (together, when several): offer what each one shared, or (with
@@ -394,6 +394,9 @@ class OpportunisticSimulation:
         done = self.env.timeout(needed)
         yield self._or_churn(done | end, self.went_offline[src], self.went_offline[dst])
         elapsed = float(self.env.now) - started
+        if self.energy is not None:   # both radios busy while the transfer lasted, cut or not
+            self.energy.radio_busy(src, started, started + elapsed)
+            self.energy.radio_busy(dst, started, started + elapsed)
         if not done.processed and elapsed < needed:
             on_air = min(size, int(contact.bandwidth_bps * elapsed / 8.0))
             reason = "contact ended" if end.processed else "device offline"

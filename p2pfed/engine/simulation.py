@@ -160,9 +160,11 @@ class Simulation:
         """Charge device i's step: how long it took (its share leaves then), or None if it used
         up the battery (its share never leaves)."""
         assert self.energy is not None
-        if not trained:
+        loop = self.loops[i]
+        if not trained:   # it may still have fused
+            self.energy.charge_work(i, loop.work_flops, loop.fusion_flops)
             return 0.0
-        took = self.energy.charge_step(i, self.loops[i].work_flops)
+        took = self.energy.charge_step(i, loop.work_flops, loop.fusion_flops)
         return took if self.energy.check(i, self.now() + took) else None
 
     def _broadcast(self, src: int, out: Outgoing, now: float) -> None:
@@ -183,6 +185,9 @@ class Simulation:
             start = max(now, self.free_at.get((src, dst), now))
             done = start + 8.0 * size / edge["bandwidth_bps"]
             self.free_at[src, dst] = done
+            if self.energy is not None:   # both radios busy while the bytes are on the link
+                self.energy.radio_busy(src, start, done)
+                self.energy.radio_busy(dst, start + edge["latency_s"], done + edge["latency_s"])
             self._launch(Transfer(src, dst, out.data, frame, out.round, done, done + edge["latency_s"]))
 
     def _launch(self, transfer: Transfer) -> None:

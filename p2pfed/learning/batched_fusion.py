@@ -59,12 +59,14 @@ class FusionJob:
     ``coef[name]`` is (members,) — one weight per member — or (members, rows) — a weight per
     member and row along the parameter's first dimension (a weight row and its bias share one).
     Members with weight 0 are not read. ``then`` runs after the new values are in place (work a
-    method does on the fused model)."""
+    method does on the fused model). ``prep_flops``: the arithmetic the method spent making this
+    job (e.g. FedSub's clustering), counted with the sums where devices model their compute."""
 
     targets: dict[str, torch.Tensor]
     members: list[Mapping[str, Source]]
     coef: dict[str, np.ndarray]
     then: list[Callable[[], None]] = field(default_factory=list)
+    prep_flops: float = 0.0
     _nonzero: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     _split: dict[int, tuple[float, list[tuple[int, float]]]] = field(default_factory=dict, repr=False)
 
@@ -75,6 +77,17 @@ class FusionJob:
         if found is None:
             found = self._nonzero[id(c)] = np.flatnonzero(c.any(axis=1) if c.ndim == 2 else c)
         return found
+
+    def flops(self) -> float:
+        """This fusion's arithmetic on a device of its own: a multiply-add (2 FLOPs) per value it
+        reads with a weight (a member's whole parameter, or its weighted rows), plus
+        ``prep_flops`` (however the runtime batches the sums)."""
+        sums = 0.0
+        for name, c in self.coef.items():
+            size = self.targets[name].numel()
+            weighted = np.count_nonzero(c) / (c.shape[1] if c.ndim == 2 else 1)   # whole members' worth
+            sums += 2.0 * size * float(weighted)
+        return sums + self.prep_flops
 
     def run(self) -> None:
         """This job alone, in float64. A parameter smaller than ``STACK_BELOW`` values is one

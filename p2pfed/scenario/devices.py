@@ -46,4 +46,4 @@ def _radio(section: DevicesSection) -> Radio | None:
     if isinstance(section.radio, str):
         return RADIOS[section.radio]
     r = section.radio
-    return Radio("custom", r.send_j_per_byte, r.receive_j_per_byte, r.tail_j, r.idle_w)
+    return Radio("custom", r.send_j_per_byte, r.receive_j_per_byte, tail_w=r.tail_w, tail_s=r.tail_s, idle_w=r.idle_w)

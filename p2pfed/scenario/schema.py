@@ -383,13 +383,20 @@ class ProfileEntry(Section):
 
 
 class RadioSection(Section):
-    """A radio of your own: joules per byte sent and received, per transfer (tail), and watts
-    while it listens (idle)."""
+    """A radio of your own: joules per byte sent and received, watts drawn for up to ``tail_s``
+    seconds after a transfer (its tail), and watts while it listens (idle)."""
 
     send_j_per_byte: float = Field(ge=0)
     receive_j_per_byte: float = Field(ge=0)
-    tail_j: float = Field(default=0.0, ge=0)
+    tail_w: float = Field(default=0.0, ge=0)
+    tail_s: float = Field(default=0.0, ge=0)
     idle_w: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _tail_whole(self) -> RadioSection:
+        if (self.tail_w > 0) != (self.tail_s > 0):
+            raise ValueError("devices.radio: a tail needs both tail_w (W) and tail_s (s)")
+        return self
 
 
 class DevicesSection(Section):

@@ -44,6 +44,10 @@ class Clustering:
     # The K the paper's literal rule (minimum DBI over the whole sweep) picks on the same points,
     # reported next to ``k`` whichever rule chose it (1 when no K >= 2 could be tried).
     literal_k: int = 1
+    # The sweep's arithmetic on a device of its own (its distance computations: k-means++
+    # candidates, every Lloyd iteration it ran, the final assignment; 2 FLOPs a multiply-add),
+    # what a device that models its compute is charged for it (a cached answer costs the same).
+    flops: float = field(default=0.0, compare=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,6 +187,7 @@ class _Sweep:
         self.best_sized: tuple[float, int, np.ndarray] | None = None     # over K with no small cluster
         self.best_half: tuple[float, int, np.ndarray] | None = None      # over K <= n/2
         self.dbi_by_k: dict[int, float] = {}
+        self.flops = 0.0
 
     def offer(self, k: int, lab: np.ndarray, dbi: Callable[[], float]) -> None:
         """Consider K's labels; ``dbi`` is called only if all K clusters are non-empty."""
@@ -206,13 +211,14 @@ class _Sweep:
         chosen = {"literal": self.best, "min-size": self.best_sized, "half": self.best_half}[self.k_rule]
         if chosen is None:
             return Clustering(labels=_one_cluster(n).labels, k=1, dbi=None, dbi_by_k=self.dbi_by_k,
-                              literal_k=self.best[1])
+                              literal_k=self.best[1], flops=self.flops)
         best_dbi, best_k, best_labels = chosen
         labels = np.empty(n, dtype=np.intp)
         labels[self.order] = best_labels
         labels = _first_appearance(labels)
         labels.setflags(write=False)
-        return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=self.dbi_by_k, literal_k=self.best[1])
+        return Clustering(labels=labels, k=best_k, dbi=best_dbi, dbi_by_k=self.dbi_by_k, literal_k=self.best[1],
+                          flops=self.flops)
 
 
 class ClusteringCache:
@@ -422,7 +428,11 @@ def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> No
     for k in ks:
         rows = np.flatnonzero(his >= k)
         part = stack if rows.size == len(sweeps) else stack.take(rows)
-        labels = _kmeans_stack(part, k, seedings[k][rows], 100)
+        labels, iterations = _kmeans_stack(part, k, seedings[k][rows], 100)
+        n, d = part.x.shape[1:]
+        per_pass = 2.0 * n * k * d * seedings[k].shape[1]   # one assignment pass of every restart
+        for j, r in enumerate(rows):
+            sweeps[r].flops += per_pass * (_trials(k) + int(iterations[j]) + 1)
         nonempty = _counts(labels, k) > 0
         full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
         scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
@@ -518,9 +528,9 @@ def _means_stack(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     return np.divide(sums, np.maximum(counts, 1.0)[..., None], out=sums), counts
 
 
-def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> np.ndarray:
+def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
     """The one-problem reference's ``_kmeans`` for B problems of one n from their k-means++ seeds (B, n_init, k) (see
-    :func:`_seedings`); the best restart's labels (B, n).
+    :func:`_seedings`); the best restart's labels (B, n) and each problem's Lloyd iterations (B,).
 
     Each problem stops iterating when it would alone (all its restarts done, none relocated):
     its later iterations would differ from the one-problem path's, which stopped.
@@ -530,7 +540,9 @@ def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> np.nd
     centers = st.x[bi[:, :, None], seeds]  # (B, R, k, d)
     labels = np.full((b_count, seeds.shape[1], n), -1, dtype=np.intp)
     live = np.arange(b_count)
+    iterations = np.zeros(b_count, dtype=np.intp)
     for _ in range(max_iter):
+        iterations[live] += 1
         sub = st if live.size == b_count else st.take(live)
         cen, lab = centers[live], labels[live]
         d = _sq_dists_stack(sub, cen)
@@ -562,7 +574,7 @@ def _kmeans_stack(st: _Stack, k: int, seeds: np.ndarray, max_iter: int) -> np.nd
                      centers.reshape(-1, k, centers.shape[3])).reshape(b_count, runs, k)
     inertia = st.x_sq.sum(axis=1)[:, None] - (counts * c_sq).sum(axis=2)
     best = np.argmin(inertia, axis=1)
-    return cast(np.ndarray, labels[np.arange(b_count), best])
+    return cast(np.ndarray, labels[np.arange(b_count), best]), iterations
 
 
 def _dbi_stack(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:

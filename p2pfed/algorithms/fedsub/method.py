@@ -664,7 +664,10 @@ class FedSub(Algorithm):
                     member_values.append(values)
             clusters.append(ClassCluster(members=[position[m] for m in mates], units=units, scores=scores))
         self.requests = requests
-        return row_fusion_job(targets, member_values, clusters, o.fusion, self.layers)
+        job = row_fusion_job(targets, member_values, clusters, o.fusion, self.layers)
+        if job is not None:   # the K sweeps were this fusion's work too
+            job.prep_flops += sum(c.flops for c in clusterings)
+        return job
 
     def _robust_rows(self, targets: dict[str, torch.Tensor], mates: list[dict[str, torch.Tensor]],
                      own_position: int | None, units: np.ndarray, scores: list[float]
