@@ -367,3 +367,12 @@ def test_fedsubs_k_sweeps_count_as_its_fusion_work(tmp_path):
     small, large = (choose_k_by_dbi_many([rng.normal(size=(n, 8))], k_max=4)[0] for n in (6, 12))
     assert 0 < small.flops < large.flops
     assert small.flops >= 2 * 6 * 8 * 4 * sum(k * (2 + 1 + 1) for k in range(2, 5))   # >= 1 iteration per K
+
+
+def test_work_a_method_counts_itself_is_charged_as_fusion_work(tmp_path):
+    """SAFL aggregates inside ``fuse`` and forms its cluster models inside ``train`` (no fusion
+    job): it counts that work with ``ctx.count_work``, and the runtime charges it."""
+    summary, devices, _ = _run(tmp_path, "safl", [SLOW, "rounds=5", "algorithm.name=safl"])
+    assert summary["energy"]["fusion_flops_total"] > 0
+    assert all(float(d["fusion_flops"]) > 0 for d in devices)
+    assert summary["energy"]["flops_total"] > summary["energy"]["fusion_flops_total"]

@@ -206,6 +206,7 @@ class DeviceContext:
     # The energy left in this device's battery, as the runtime sees it (set by a runtime whose
     # scenario gives batteries, ``devices.battery_j``); read it through ``energy_left()``.
     battery: Callable[[], float | None] | None = None
+    noted_flops: float = 0.0   # ``count_work`` since the runtime last took it
 
     def __post_init__(self) -> None:
         self._x_all = torch.as_tensor(self.device.x_train, dtype=torch.float32)
@@ -219,6 +220,12 @@ class DeviceContext:
     @property
     def device_id(self) -> int:
         return self.device.device_id
+
+    def count_work(self, flops: float) -> None:
+        """Arithmetic this method did outside its training and fusion jobs (an aggregation it
+        runs inside ``fuse`` or ``train``, a clustering): charged as fusion work where the
+        scenario models its devices' compute (``devices``), ignored otherwise."""
+        self.noted_flops += float(flops)
 
     def energy_left(self) -> float | None:
         """Joules left in this device's battery now (None: no battery, or a runtime that does not

@@ -271,6 +271,12 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
                 if work is not None:
                     trained.append((work.model, int(work.x.shape[0]), work.num_epochs, int(work.x.shape[1])))
                 loop.work_flops += sum(training_flops(m, n, e, width) for m, n, e, width in trained)
+    for loop in loops:   # the work the methods counted themselves (``ctx.count_work``) in fuse or train
+        ctx = loop.algorithm.ctx
+        if loop.count_work:
+            loop.work_flops += ctx.noted_flops
+            loop.fusion_flops += ctx.noted_flops
+        ctx.noted_flops = 0.0
     if batched:
         train_jobs(training)
     else:

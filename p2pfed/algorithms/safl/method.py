@@ -66,6 +66,7 @@ from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.algorithms.robust import RobustOptions
 from p2pfed.algorithms.safl.heterogeneous import RobustRule, SubModel, fuse_cluster, preserve_personal
+from p2pfed.energy.work import forward_macs
 from p2pfed.learning.model import MLP
 from p2pfed.algorithms.safl.slimming import (factor_names, full_masks, gate_values, guided_sparsity_loss,
                                              kept_parameter_fraction, local_names, pruned_fraction,
@@ -192,6 +193,11 @@ class Safl(Algorithm):
         if not candidates and self.cluster is None:
             candidates = self.initial_clusters()
         self.last_candidates = len(candidates)
+        # its work: each peer's sub-model summed into its cluster's model, each candidate scored
+        # by a forward pass over this device's data
+        size = sum(p.numel() for p in self.model.parameters())
+        scoring = 2.0 * forward_macs(self.model, int(self.ctx.x_train.shape[1])) * self.ctx.num_samples
+        self.ctx.count_work(2.0 * size * len(self.cache) + scoring * len(candidates))
         if not candidates or self.ctx.num_samples == 0:
             return None
         choice = min(candidates, key=lambda j: (self.own_loss(candidates[j]), j))
@@ -260,6 +266,9 @@ class Safl(Algorithm):
         robust = None if o.robust == "none" else RobustRule(o.robust, o.trim_fraction, o.byzantine, o.krum_select,
                                                             o.clip_norm)
         self.overlap_shared = preserve_personal(model, self.masks, float(self.ctx.num_samples), peers, names, robust)
+        shared_size = sum(p.numel() for n, p in model.named_parameters() if n in names)
+        # its work: a multiply-add per value of each member
+        self.ctx.count_work(2.0 * shared_size * (len(peers) + 1) if peers else 0.0)
         if robust is not None and peers:
             self.robust_counts[0] += 1
             self.robust_counts[1] += robust.offered
