@@ -376,3 +376,14 @@ def test_work_a_method_counts_itself_is_charged_as_fusion_work(tmp_path):
     assert summary["energy"]["fusion_flops_total"] > 0
     assert all(float(d["fusion_flops"]) > 0 for d in devices)
     assert summary["energy"]["flops_total"] > summary["energy"]["fusion_flops_total"]
+
+
+def test_fedalis_k_means_tells_its_work():
+    """FedAli's k-means over the members' prototypes reports its distance computations: at
+    least one Lloyd iteration and the final assignment (2 FLOPs a multiply-add)."""
+    from p2pfed.algorithms.fedali.alignment import kmeans_prototypes
+
+    told: list[float] = []
+    sets = [torch.randn(4, 8, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    kmeans_prototypes(sets, [1.0, 1.0, 1.0], count_work=told.append)
+    assert len(told) == 1 and told[0] >= 2 * 12 * 4 * 8 * 2

@@ -120,6 +120,7 @@ class FedClar(GossipAvg):
         updates = np.stack([self.update] + [np.asarray(r.payload.tensors["update"], dtype=np.float32)
                                             for r in peers])
         chosen = cluster_of_first(updates, self.options.threshold)
+        self.ctx.count_work(2.0 * len(updates) ** 2 * updates.shape[1])   # its cosine distances
         self.candidates = len(peers)
         return {peers[i - 1].sender for i in chosen if i > 0}
 

@@ -13,6 +13,7 @@ stop-gradient); only the GLU's weights are.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -153,11 +154,14 @@ class AlignedModel(nn.Module):
         return cast(torch.Tensor, body.head(self.alp(body.features(x))))
 
 
-def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float],
+                      count_work: Callable[[float], None] | None = None) -> torch.Tensor:
     """FedAli Sec. 4 / Alg. 1 line 11: the new global prototypes are the centroids of k-means
     (G clusters, G = prototypes per device) over every member's local prototypes, started from
     the members' sample-weighted average of their local prototypes (the paper's P_centroid^init,
-    for stability across rounds). One deterministic Lloyd run from that start (scikit-learn)."""
+    for stability across rounds). One deterministic Lloyd run from that start (scikit-learn).
+    ``count_work`` is told its distance computations' FLOPs (every iteration it ran, and the
+    final assignment)."""
     import warnings
 
     from sklearn.cluster import KMeans
@@ -173,4 +177,6 @@ def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float]) -> t
         # the duplicate centroids are kept, which is what the next round should start from.
         warnings.simplefilter("ignore", ConvergenceWarning)
         km = KMeans(n_clusters=init.shape[0], init=init, n_init=1).fit(points)
+    if count_work is not None:
+        count_work(2.0 * points.shape[0] * init.shape[0] * points.shape[1] * (int(km.n_iter_) + 1))
     return torch.as_tensor(km.cluster_centers_, dtype=local_sets[0].dtype)

@@ -152,7 +152,7 @@ class FedAli(Algorithm):
         mine = self.alp.global_prototypes if self.reset_due else self.alp.local_prototypes
         sets = [mine] + [
             torch.from_numpy(np.array(r.payload.tensors[PROTOTYPES], dtype=np.float32)) for r in fresh]
-        new_global = kmeans_prototypes(sets, [own, *counts])
+        new_global = kmeans_prototypes(sets, [own, *counts], count_work=self.ctx.count_work)
         with torch.no_grad():
             shift = _mean_row_distance(self.alp.global_prototypes, new_global)
             self.alp.global_prototypes.copy_(new_global)
