@@ -270,6 +270,8 @@ def test_energy_and_batteries_survive_a_checkpoint_bit_identical(tmp_path):
     (["devices.profiles=[{name: toaster, fraction: 1.0}]"], "not a named class"),
     (["devices.recharge_every_s=10"], "no device has a battery"),
     (["devices.radio=carrier-pigeon"], "devices.radio"),
+    (["devices.radio={send_j_per_byte: 0, receive_j_per_byte: 0, tail_w: 1}"], "needs both tail_w"),
+    (["devices.radio={send_j_per_byte: 0, receive_j_per_byte: 0, tail_j: 1}"], "devices.radio.tail_j: unknown"),
 ])
 def test_bad_devices_sections_name_the_field(overrides, message):
     with pytest.raises(ScenarioError, match=message):
