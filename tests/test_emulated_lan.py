@@ -130,6 +130,27 @@ def test_secure_launch_of_eight_peers_on_an_emulated_ring_leaves_nothing(tmp_pat
     assert namespaces_alive(json.loads((out / "network" / "lan.json").read_text())["namespaces"]) == []
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (about 50 s: one-second links)
+def test_curve_peers_connect_and_deliver_over_links_of_one_second(tmp_path, permitted):
+    """Four CURVE peers on a complete graph of 1 s / 10 Mbit/s links (a 2 s round trip: TCP's
+    handshake, ZeroMQ's greeting and CURVE's handshake each take round trips): every message of
+    both rounds arrives, none faster than its link, and every peer finishes."""
+    out = tmp_path / "run"
+    sets = ["dataset.synthetic.num_devices=4", "dataset.synthetic.samples_per_class=12", "model.hidden=[16]",
+            "rounds=2", "topology.kind=complete", "topology.latency_s=1.0", "topology.bandwidth_bps=1e7",
+            "algorithm.name=gossip-avg", "engine.round_period_s=30"]
+    cmd = [sys.executable, "-m", "p2pfed.cli.main", "launch", str(SCENARIO), "--network", "emulated",
+           "--out", str(out), *[a for o in sets for a in ("--set", o)]]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    comm = summary["comm"]
+    assert summary["runtime"]["secure"] and summary["runtime"]["timed_out"] == {}
+    assert comm["messages_dropped"] == 0 and comm["delivery_time_s"]["count"] == 4 * 3 * 2
+    assert comm["delivery_time_s"]["median"] >= 1.0
+    assert namespaces_alive(json.loads((out / "network" / "lan.json").read_text())["namespaces"]) == []
+
+
 def test_a_sigkilled_launcher_leaves_no_namespace_or_process(tmp_path, permitted):
     out = tmp_path / "run"
     launcher = subprocess.Popen(_launch(out, "--insecure"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
