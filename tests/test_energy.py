@@ -5,6 +5,7 @@ and a scenario without a ``devices`` section never touches any of it."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ def plain(tmp_path_factory):
     """The small scenario without a devices section, run with every entry to the energy model
     made to fail: its results, and the proof that nothing of the model ran."""
     from p2pfed.device import loop
-    from p2pfed.engine.energy import EnergyMeter
+    from p2pfed.results.energy import EnergyMeter
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(EnergyMeter, "__init__", _untouchable)
@@ -67,7 +68,7 @@ def _csv(path: Path) -> list[dict]:
 # -- opting out -----------------------------------------------------------------------------------
 def test_a_scenario_without_devices_never_touches_the_energy_model(plain, tmp_path, monkeypatch):
     from p2pfed.device import loop
-    from p2pfed.engine.energy import EnergyMeter
+    from p2pfed.results.energy import EnergyMeter
 
     monkeypatch.setattr(EnergyMeter, "__init__", _untouchable)
     monkeypatch.setattr(loop, "training_flops", _untouchable)
@@ -154,7 +155,7 @@ def test_a_radio_tail_runs_after_each_busy_spell_until_the_next_cuts_it():
     """tail_w for up to tail_s after a spell: cut short by a spell that starts within it, whole
     when the next one is later, and the latest one's part so far (the runtime's clock)."""
     from p2pfed.energy import EnergyPlan, Radio
-    from p2pfed.engine.energy import EnergyMeter
+    from p2pfed.results.energy import EnergyMeter
     from p2pfed.results.recorder import Recorder
 
     radio = Radio("tailed", 0.0, 0.0, tail_w=1.0, tail_s=2.0)
@@ -308,12 +309,39 @@ def test_compare_shows_joules_per_device_only_for_runs_that_model_them(plain, lt
     assert {"j_per_device", "comm_j_per_device", "compute_j_per_device"} <= set(comparison_columns([row]))
 
 
-def test_real_peers_refuse_a_devices_section():
+def test_real_peers_refuse_batteries_naming_the_field():
     from p2pfed.scenario.loader import launch_problems
 
-    assert not launch_problems(load_scenario(SCENARIO), check_imports=False)
-    problems = launch_problems(load_scenario(SCENARIO, ["devices.radio=ble"]), check_imports=False)
-    assert len(problems) == 1 and "devices: device profiles, energy and batteries" in problems[0]
+    assert not launch_problems(load_scenario(SCENARIO, ["devices.radio=ble"]), check_imports=False)
+    problems = launch_problems(load_scenario(SCENARIO, ["devices.radio=ble", "devices.battery_j=5"]),
+                               check_imports=False)
+    assert len(problems) == 1 and "devices.battery_j: batteries are simulated only" in problems[0]
+
+
+@pytest.mark.slow   # three real peers (~20 s); in the slow set .ci/run runs
+def test_real_peers_report_the_energy_the_simulator_counts_for_the_same_work(tmp_path, capsys):
+    """Three peers on loopback with a devices section: the same training and fusion FLOPs as the
+    simulated run of the same scenario (the same artifacts are fused), priced by each device's
+    profile, and radio energy from each peer's own bytes, merged into one summary."""
+    from p2pfed.cli.main import main
+    from tests.peer_support import TINY
+
+    sets = TINY + [SLOW, "devices.radio={send_j_per_byte: 1.0e-6, receive_j_per_byte: 5.0e-7}"]
+    out = tmp_path / "launch"
+    code = main(["launch", str(SCENARIO), "--peers", "3", "--out", str(out), "--insecure",
+                 "--round-timeout", "20", *sum((["--set", s] for s in sets), [])])
+    assert code == 0, capsys.readouterr().err
+    real = json.loads((out / "summary.json").read_text())
+    sim = run_scenario(load_scenario(SCENARIO, sets), tmp_path / "sim", progress=False)
+    assert real["energy"]["flops_total"] == sim["energy"]["flops_total"] > 0
+    assert real["energy"]["fusion_flops_total"] == sim["energy"]["fusion_flops_total"] > 0
+    assert real["energy"]["compute_j_total"] == pytest.approx(sim["energy"]["compute_j_total"], rel=1e-9)
+    devices = _csv(out / "devices.csv")
+    for d in devices:
+        sent, received = int(d["bytes_sent"]) + int(d["bytes_wasted"]), int(d["bytes_received"])
+        assert float(d["energy_comm_j"]) == pytest.approx(sent * 1e-6 + received * 5e-7, rel=1e-6)
+    rounds = _csv(out / "rounds.csv")
+    assert float(rounds[-1]["energy_j"]) == pytest.approx(real["energy"]["total_j"], rel=1e-6)
 
 
 def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_file_hashes_it(tmp_path):

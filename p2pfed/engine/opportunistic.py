@@ -32,7 +32,7 @@ from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, enc
                            finish_together, start_together)
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, Frame
-from p2pfed.engine.energy import EnergyMeter
+from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 SEND_POLICIES = ("smallest-first", "largest-first", "whole")

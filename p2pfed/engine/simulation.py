@@ -31,7 +31,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
 from p2pfed.engine.delivery import Delivery, Frame
-from p2pfed.engine.energy import EnergyMeter
+from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 log = logging.getLogger("p2pfed.engine")

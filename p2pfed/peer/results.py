@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from p2pfed.energy import EnergyPlan
+from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder
 from p2pfed.results.summary import adversaries_summary, build_summary
 from p2pfed.scenario.build import adversary_map, load_scenario_dataset
+from p2pfed.scenario.devices import build_energy_plan
 from p2pfed.scenario.loader import LoadedScenario, dump
 
 
@@ -23,20 +26,41 @@ def merge(peers: list[dict[str, Any]]) -> Recorder:
     return Recorder.merge([Recorder.from_state(p["recorder"]) for p in peers])
 
 
+def merged_energy(loaded: LoadedScenario, peers: list[dict[str, Any]], recorder: Recorder,
+                  end_s: float) -> EnergyMeter | None:
+    """The peers' energy accounts as one (None where the scenario has no ``devices``): each peer's
+    own device, idle power and tails counted to ``end_s`` (the run's wall time)."""
+    plan = build_energy_plan(loaded, len(load_scenario_dataset(loaded).devices))
+    if plan is None or not peers or any(p.get("energy") is None for p in peers):
+        return None
+    profiles = None if plan.profiles is None else tuple(plan.profiles[p["id"]] for p in peers)
+    meter = EnergyMeter(EnergyPlan(len(peers), profiles, plan.radio, (None,) * len(peers)), recorder)
+    meter.load_state_dict(EnergyMeter.merge_states([p["energy"] for p in peers]))
+    meter.clock = lambda: end_s
+    return meter
+
+
 def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, Any]], *,
                   wall_time_s: float, full_model_bytes: int, **extra: Any) -> dict[str, Any]:
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
     recorder = merge(peers)
     rows = recorder.rows
+    end_s = rows[-1]["sim_time_s"] if rows else 0.0
+    meter = merged_energy(loaded, peers, recorder, end_s)
+    if meter is not None:
+        extra["energy"] = meter.summary(end_s)
     if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
         scenario_data = load_scenario_dataset(loaded)
         attacks = adversary_map(loaded, len(scenario_data.devices), scenario_data.num_classes)
         views = {p["id"]: p["attack_view"] for p in peers if p.get("attack_view") is not None}
         extra["adversaries"] = adversaries_summary(recorder, attacks, views)
     summary = build_summary(dump(loaded), loaded.source, recorder, [p["stats"] for p in peers],
-                            devices=len(peers), sim_time_s=rows[-1]["sim_time_s"] if rows else 0.0,
+                            devices=len(peers), sim_time_s=end_s,
                             wall_time_s=wall_time_s, full_model_bytes=full_model_bytes, **extra)
     dataset = {"devices": len(peers), "class_counts": {p["name"]: p["class_counts"] for p in peers
                                                        if "class_counts" in p}}
-    write_run(out_dir, summary, recorder, [p["name"] for p in peers], title_suffix=" (peers)", dataset=dataset)
+    write_run(out_dir, summary, recorder, [p["name"] for p in peers], title_suffix=" (peers)", dataset=dataset,
+              round_columns=None if meter is None else {row["round"]: meter.round_columns(row["round"] - 1)
+                                                         for row in rows},
+              device_columns=None if meter is None else [meter.device_columns(i) for i in range(len(peers))])
     return summary

@@ -35,10 +35,13 @@ from p2pfed.peer.data import load_own_data
 from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
+from p2pfed.energy import EnergyPlan
 from p2pfed.results.attack_success import device_view
+from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
+from p2pfed.scenario.devices import build_energy_plan
 from p2pfed.scenario.loader import ScenarioError, fingerprint, launch_problems, load_scenario
 from p2pfed.scenario.randomness import int_seed
 from p2pfed.scenario.threads import apply_torch_threads
@@ -113,8 +116,34 @@ class Peer:
         self.sent_frames = SentFrames()
         self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
+        self.energy = self._energy_meter(where, len(dataset.devices))
         apply_torch_threads(sc.engine.torch_threads, batched=False)
         self._open_sockets(loaded_config)
+
+    def _energy_meter(self, where: object, num_devices: int) -> EnergyMeter | None:
+        """The energy this peer would spend as the scenario's device (``devices``): its work
+        priced by its profile, its bytes and its radio's tail and idle power over the wall clock.
+        Its steps take the time they take (no simulated throughput) and nothing stops it."""
+        plan = build_energy_plan(self.loaded, num_devices)
+        if plan is None:
+            return None
+        me = self.config.id
+        if plan.has_batteries:
+            raise ScenarioError([f"{where}: scenario devices: batteries are simulated only (p2pfed run); "
+                                 "real peers report the energy they would spend, without stopping"])
+        if plan.profiles is not None and me >= len(plan.profiles):
+            raise ScenarioError([f"{where}: id: device profiles are drawn for the scenario's devices "
+                                 f"0..{len(plan.profiles) - 1}, got {me}"])
+        own = EnergyPlan(1, None if plan.profiles is None else (plan.profiles[me],), plan.radio, (None,))
+        meter = EnergyMeter(own, self.recorder)
+        meter.clock = lambda: time.time() - self.start_time
+        self.loop.count_work = True
+        return meter
+
+    def _radio_busy(self) -> None:
+        if self.energy is not None:   # a message's moment on the wire (its duration is the network's)
+            now = time.time() - self.start_time
+            self.energy.radio_busy(0, now, now)
 
     # -- sockets -----------------------------------------------------------------------------
     def _open_sockets(self, loaded_config: LoadedPeerConfig) -> None:
@@ -181,6 +210,7 @@ class Peer:
             except (zmq.ZMQError, ValueError, TypeError):
                 self.intake.refuse(None, self.next_round, "identity", "no authenticated peer id on the message")
                 return False
+        self._radio_busy()
         item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
         if item is None:
             return False
@@ -250,6 +280,7 @@ class Peer:
             self.recorder.transfer_started(me)
             if self.outbox.send(endpoint, data, timeout_ms=0):
                 self.recorder.transfer_completed(me)
+                self._radio_busy()
             else:
                 self.send_failed += 1
 
@@ -279,11 +310,13 @@ class Peer:
         runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
                    "send_failed": self.send_failed, "start_time": self.start_time,
                    "recovery": asdict(self.recovery), "timed_out": self.timed_out}
-        save_checkpoint(self.checkpoint_path, "peer", self.fingerprint,
-                        {"next_round": self.next_round, "device": self.loop.state_dict(),
-                         "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
-                         "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
-                         "runtime": json.dumps(runtime, allow_nan=False)})
+        state = {"next_round": self.next_round, "device": self.loop.state_dict(),
+                 "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
+                 "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
+                 "runtime": json.dumps(runtime, allow_nan=False)}
+        if self.energy is not None:
+            state["energy"] = json.dumps(self.energy.state_dict())
+        save_checkpoint(self.checkpoint_path, "peer", self.fingerprint, state)
         # rounds done so far, for whoever watches the run (a launcher injecting faults by round)
         write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
 
@@ -296,6 +329,8 @@ class Peer:
         self.intake.load_state_dict(state["intake"])
         self.sent_frames.load_state_dict(state["sent_frames"])
         self.recorder.load_state_dict(json.loads(state["recorder"]))
+        if self.energy is not None:
+            self.energy.load_state_dict(json.loads(state["energy"]))
         runtime = json.loads(state["runtime"])
         self.latest = {int(k): v for k, v in runtime["latest"].items()}
         self.send_failed = runtime["send_failed"]
@@ -319,6 +354,8 @@ class Peer:
             for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
                 self._heard(item)
             outgoing = self.loop.act(r, evaluate=evaluate)
+            if self.energy is not None:
+                self.energy.charge_step(0, self.loop.work_flops, self.loop.fusion_flops)
             for out in outgoing:
                 self._share(out.data, r, to=out.to)
             if outgoing:   # every peer runs the same method: none waits if none shares
@@ -333,6 +370,8 @@ class Peer:
             while (left := round_end - time.monotonic()) > 0:  # keep receiving meanwhile
                 self.poll(min(left, POLL_SLICE_S))
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
+            if self.energy is not None:
+                self.energy.snapshot(r)
             self.next_round = r + 1
             self._save()
         return self.finish()
@@ -346,6 +385,7 @@ class Peer:
                 "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes,
+                "energy": None if self.energy is None else self.energy.state_dict(),
                 # recall per class and cluster-mates, judged by the launcher when the scenario has liars
                 "attack_view": device_view(self.algo) if self.loaded.scenario.adversaries else None}
 

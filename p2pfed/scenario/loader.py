@@ -320,9 +320,14 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
     if sc.contacts.kind != "none":
         problems.append(f"{loaded.source}: contacts.kind: real peers run synchronous rounds over the "
                         f"topology; contacts ({sc.contacts.kind!r}) are simulated only")
-    if sc.devices.opted_in():
-        problems.append(f"{loaded.source}: devices: device profiles, energy and batteries are modelled by the "
-                        "simulator only (p2pfed run); real peers use their own hardware; remove the section")
+    d = sc.devices
+    for field, value in (("battery_j", d.battery_j), ("recharge_every_s", d.recharge_every_s)):
+        if value is not None:
+            problems.append(f"{loaded.source}: devices.{field}: batteries are simulated only (p2pfed run); "
+                            "real peers report the energy they would spend, without stopping; remove it")
+    if any(e.battery_j is not None for e in d.profiles):
+        problems.append(f"{loaded.source}: devices.profiles: battery_j: batteries are simulated only (p2pfed run); "
+                        "remove it")
     for field, name in (("algorithm.name", sc.algorithm.name), ("model.name", sc.model.name)):
         if check_imports and is_plugin_name(name):   # each peer is a new process: the code must load there
             try:

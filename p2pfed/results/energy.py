@@ -89,7 +89,7 @@ class EnergyMeter:
         radio = self.plan.radio
         if radio is None:
             return 0.0
-        c = self.recorder.devices[i]
+        c = self.recorder.devices[i]   # by position: the meter's devices are the Recorder's
         return (radio.send_j_per_byte * (c.bytes_sent + c.bytes_wasted) + radio.receive_j_per_byte * c.bytes_received
                 + self.tail_so_far(i) + self.idle_j(i))
 
@@ -237,6 +237,18 @@ class EnergyMeter:
                 "recharges": self.recharges,
                 "next_recharge": self.next_recharge,
                 "snapshots": {str(k): list(v) for k, v in sorted(self.snapshots.items())}}
+
+    @staticmethod
+    def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """One account from several (real peers', each of its own device, in device order): the
+        per-device figures side by side, each round's totals summed (a peer that stopped early
+        adds nothing to later rounds). Batteries do not exist on real peers."""
+        merged: dict[str, Any] = {key: [x for s in states for x in s[key]] for key, value in states[0].items()
+                                  if isinstance(value, list)}
+        rounds = sorted({int(k) for s in states for k in s["snapshots"]})
+        merged["snapshots"] = {str(r): [sum(s["snapshots"][str(r)][j] for s in states if str(r) in s["snapshots"])
+                                        for j in range(2)] for r in rounds}
+        return {**merged, "recharges": 0, "next_recharge": None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.flops = [float(x) for x in state["flops"]]
