@@ -30,8 +30,10 @@ def merged_energy(loaded: LoadedScenario, peers: list[dict[str, Any]], recorder:
                   end_s: float) -> EnergyMeter | None:
     """The peers' energy accounts as one (None where the scenario has no ``devices``): each peer's
     own device, idle power and tails counted to ``end_s`` (the run's wall time)."""
+    if not peers or any(p.get("energy") is None for p in peers):   # no devices section: no dataset load
+        return None
     plan = build_energy_plan(loaded, len(load_scenario_dataset(loaded).devices))
-    if plan is None or not peers or any(p.get("energy") is None for p in peers):
+    if plan is None:
         return None
     profiles = None if plan.profiles is None else tuple(plan.profiles[p["id"]] for p in peers)
     meter = EnergyMeter(EnergyPlan(len(peers), profiles, plan.radio, (None,) * len(peers)), recorder)

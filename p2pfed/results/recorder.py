@@ -100,6 +100,7 @@ class Recorder:
 
     def _counters(self, device: int) -> DeviceCounters:
         return self.devices[self.index[device]]
+
     # -- events ------------------------------------------------------------------------------
     def sent(self, src: int, nbytes: int, round: int) -> None:
         """A message of ``nbytes`` encoded bytes left ``src`` in ``round`` (once per destination)."""

@@ -175,7 +175,6 @@ def zero_pruned_factors(model: nn.Module, masks: KeepMasks) -> dict[str, np.ndar
     return shifts
 
 
-
 @torch.no_grad()
 def recover_units(model: nn.Module, masks: KeepMasks, shifts: dict[str, np.ndarray]) -> None:
     """ModelRecover: the full model again, pruned units with factor 0 (where pruning left them)
