@@ -198,7 +198,7 @@ def test_an_idle_radio_costs_its_power_over_the_time_the_device_is_powered(tmp_p
 # -- batteries ---------------------------------------------------------------------------------------
 def _battery_file(tmp_path: Path, capacity_j: float) -> str:
     path = tmp_path / "devices.csv"
-    rows = ["device,profile,battery_j"] + [f"{i},phone-2019,{capacity_j if i == 0 else ''}" for i in range(6)]
+    rows = ["device,profile,battery_j"] + [f"{i},phone,{capacity_j if i == 0 else ''}" for i in range(6)]
     path.write_text("\n".join(rows) + "\n")
     return f"devices.file={path}"
 
@@ -269,6 +269,7 @@ def test_energy_and_batteries_survive_a_checkpoint_bit_identical(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["devices.profiles=[{name: watch, fraction: 0.5}]"], "fractions must sum to 1"),
     (["devices.profiles=[{name: toaster, fraction: 1.0}]"], "not a named class"),
+    (["devices.profiles=[{name: phone-2019, fraction: 1.0}]"], "'phone-2019' had illustrative figures.*use 'phone'"),
     (["devices.recharge_every_s=10"], "no device has a battery"),
     (["devices.radio=carrier-pigeon"], "devices.radio"),
     (["devices.radio={send_j_per_byte: 0, receive_j_per_byte: 0, tail_w: 1}"], "needs both tail_w"),
@@ -279,8 +280,27 @@ def test_bad_devices_sections_name_the_field(overrides, message):
         load_scenario(SCENARIO, overrides)
 
 
+def test_named_classes_carry_the_measured_figures_they_cite():
+    """Each class is a row of the cited HPL table: its rate, and joules per FLOP that give back the
+    table's watts and Gflops/W; the role names are their devices' figures."""
+    from p2pfed.energy.profiles import MEASURED, ROLES
+
+    table = {"pi-zero-2w": (0.370, 2.1, 0.18), "pi-4": (11.889, 7.2, 1.65), "pi-5": (35.169, 12.7, 2.77),
+             "qcs6490": (48.408, 10.1, 4.79), "a18-pro": (57.012, 10.6, 5.38),
+             "ryzen-ai-340": (88.787, 41.6, 2.13)}
+    assert {m.name for m in MEASURED} == set(table)
+    for name, (gflops, watts, gflops_per_w) in table.items():
+        profile = PROFILES[name]
+        assert profile.flops_per_s == pytest.approx(gflops * 1e9)
+        assert profile.flops_per_s * profile.joules_per_flop == pytest.approx(watts)
+        assert 1e-9 / profile.joules_per_flop == pytest.approx(gflops_per_w, abs=0.005)
+    for role, device in ROLES.items():
+        assert (PROFILES[role].flops_per_s, PROFILES[role].joules_per_flop) == (
+            PROFILES[device].flops_per_s, PROFILES[device].joules_per_flop)
+
+
 def test_profiles_are_drawn_by_fraction_from_the_seed():
-    assert set(PROFILES) >= {"watch", "phone-2019", "laptop"}
+    assert set(PROFILES) >= {"watch", "phone", "laptop"}
     from p2pfed.scenario.devices import build_energy_plan
 
     loaded = load_scenario(SCENARIO, ["devices.profiles=[{name: watch, fraction: 0.25}, "

@@ -1,11 +1,16 @@
 """Device classes: how fast a device trains (FLOP/s), what each FLOP costs (J) and, optionally,
 how much energy its battery holds (J).
 
-The named classes are illustrative assumptions, not measurements (no published figure was read
-for them): sustained training throughput of a small model on the device's CPU, far below the
-chip's peak, and the energy per FLOP that gives a plausible power draw under load (throughput x
-J/FLOP: watch 0.5 W, phone 3 W, laptop 15 W). Give your own figures (``devices.profiles`` entries
-with ``flops_per_s`` and ``joules_per_flop``, or a file) for a study that depends on them.
+The named classes are measured devices, each with the figures Jeff Geerling's HPL (Linpack)
+results table gives for it (github.com/geerlingguy/top500-benchmark, README "Results", MIT
+licence): the sustained rate HPL reached (double-precision dense linear algebra on every core
+with a tuned BLAS) and the whole board's average power draw over the benchmark, read at the
+wall; joules per FLOP = watts / (FLOP/s). A small model's training reaches a different fraction of
+the chip's peak than HPL, and a bare board is not a phone's power budget: these are published
+figures of sustained arithmetic and power for classes of hardware, not of p2pfed's training on
+them. ``watch``, ``phone`` and ``laptop`` name the nearest measured device. Give your own figures
+(``devices.profiles`` entries with ``flops_per_s`` and ``joules_per_flop``, or a file) for a study
+that depends on them.
 """
 
 from __future__ import annotations
@@ -31,11 +36,42 @@ class DeviceProfile:
         return self if battery_j is None else replace(self, battery_j=float(battery_j))
 
 
-PROFILES: dict[str, DeviceProfile] = {
-    "watch": DeviceProfile("watch", 2e8, 2.5e-9),
-    "phone-2019": DeviceProfile("phone-2019", 4e9, 0.75e-9),
-    "laptop": DeviceProfile("laptop", 5e10, 0.3e-9),
-}
+@dataclass(frozen=True)
+class MeasuredDevice:
+    """One row of the HPL results table the classes come from (module docstring)."""
+    name: str
+    device: str         # as the table names it
+    gflops: float       # HPL's result
+    watts: float        # average power over the benchmark
+
+    def profile(self, name: str | None = None) -> DeviceProfile:
+        return DeviceProfile(name or self.name, self.gflops * 1e9, self.watts / (self.gflops * 1e9))
+
+
+MEASURED: tuple[MeasuredDevice, ...] = (
+    MeasuredDevice("pi-zero-2w", "Raspberry Pi Zero 2 W (RP3A0-AU)", 0.370, 2.1),
+    MeasuredDevice("pi-4", "Raspberry Pi 4 (BCM2711)", 11.889, 7.2),
+    MeasuredDevice("pi-5", "Raspberry Pi 5 8 GB (BCM2712)", 35.169, 12.7),
+    MeasuredDevice("qcs6490", "Radxa Dragon Q6A (Qualcomm QCS6490)", 48.408, 10.1),
+    MeasuredDevice("a18-pro", "MacBook Neo (A18 Pro)", 57.012, 10.6),
+    MeasuredDevice("ryzen-ai-340", "Framework 13 AMD (AMD Ryzen AI 340)", 88.787, 41.6),
+)
+ROLES = {"watch": "pi-zero-2w", "phone": "qcs6490", "laptop": "ryzen-ai-340"}
+"""The classes a user thinks in, each the nearest measured device: a watch's few small cores at
+about 2 W, a phone-class Qualcomm SoC, a laptop."""
+
+PROFILES: dict[str, DeviceProfile] = {m.name: m.profile() for m in MEASURED} | {
+    role: next(m for m in MEASURED if m.name == device).profile(role) for role, device in ROLES.items()}
+RETIRED = {"phone-2019": "phone"}
+"""Classes that once had illustrative figures: refused by name, with the class that replaces them."""
+
+
+def unknown_class(name: str) -> str:
+    """Why ``name`` is not a named class, in words for an error message."""
+    if name in RETIRED:
+        return (f"{name!r} had illustrative figures and is gone; the named classes are measured devices "
+                f"now: use {RETIRED[name]!r} or give flops_per_s and joules_per_flop")
+    return f"{name!r} is not a named class ({', '.join(sorted(PROFILES))})"
 
 
 def assign_by_fraction(shares: Sequence[tuple[DeviceProfile, float]], num_devices: int,
@@ -96,7 +132,7 @@ def _profile_of(row: dict[str, Any]) -> DeviceProfile:
     name = row.get("profile")
     if name is not None and "flops_per_s" not in row and "joules_per_flop" not in row:
         if str(name) not in PROFILES:
-            raise ValueError(f"profile {name!r} is not one of {', '.join(sorted(PROFILES))}")
+            raise ValueError(f"profile {unknown_class(str(name))}")
         return PROFILES[str(name)].with_battery(battery_j)
     return DeviceProfile(str(name or "file"), _positive(row["flops_per_s"], "flops_per_s"),
                          _positive(row["joules_per_flop"], "joules_per_flop", zero=True), battery_j)

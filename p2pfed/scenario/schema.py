@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from p2pfed.energy.profiles import PROFILES
+from p2pfed.energy.profiles import PROFILES, unknown_class
 
 
 STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -377,7 +377,7 @@ class ProfileEntry(Section):
     @model_validator(mode="after")
     def _figures_known(self) -> ProfileEntry:
         if self.name not in PROFILES and (self.flops_per_s is None or self.joules_per_flop is None):
-            raise ValueError(f"devices.profiles: {self.name!r} is not a named class ({', '.join(sorted(PROFILES))}); "
+            raise ValueError(f"devices.profiles: {unknown_class(self.name)}; "
                              "give flops_per_s and joules_per_flop for a class of your own")
         return self
 
