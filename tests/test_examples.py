@@ -224,3 +224,23 @@ def test_a_sweep_cell_is_keyed_by_the_users_code(tmp_path):
     plugins._loaded.pop(name)
     sys.modules.pop("cell_method")
     assert make_cell(SCENARIO, name, 0, TINY).id != first.id
+
+
+def test_the_energy_aware_example_shares_less_when_low_and_its_batteries_last_longer(tmp_path):
+    """examples/energy-aware.yaml as shipped against the same run never low (low_j 0, which is
+    gossip averaging): the policy fires (steps taken low, of them quiet ones), and the federation
+    spends less of its time with devices empty."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from energy_aware_gossip import EnergyAwareGossip
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    check_algorithm(EnergyAwareGossip)
+    scenario = ROOT / "examples" / "energy-aware.yaml"
+    frugal = run_scenario(load_scenario(scenario), tmp_path / "frugal", progress=False)
+    always = run_scenario(load_scenario(scenario, ["algorithm.low_j=0"]), tmp_path / "always", progress=False)
+    assert always["algorithm_stats"]["low_steps_fraction"] == 0 == always["algorithm_stats"]["quiet_steps_fraction"]
+    assert 0 < frugal["algorithm_stats"]["quiet_steps_fraction"] < frugal["algorithm_stats"]["low_steps_fraction"]
+    assert frugal["comm"]["messages_sent"] < always["comm"]["messages_sent"]
+    empty = [s["energy"]["batteries"]["depleted_fraction"] for s in (frugal, always)]
+    assert 0 < empty[0] < empty[1]
