@@ -76,3 +76,27 @@ def test_a_transfer_longer_than_the_run_never_arrives(repo_root):
     algos, recorder = _two_device_sim(repo_root, bandwidth_bps=1000.0, latency_s=0.0, period=10.0)
     assert recorder.devices[0].messages_sent == 1
     assert recorder.devices[1].messages_received == 0 and not algos[1].cache
+
+
+def test_connection_setup_delays_each_links_first_message_only(tmp_path, repo_root):
+    """topology.setup_round_trips: a link's first bytes wait for its connection (3 round trips of
+    0.2 s links here); every later message takes latency + size / bandwidth as before, and with
+    rounds long enough the same artifacts are fused: the same F1."""
+    from p2pfed.engine.runner import run_scenario
+    from p2pfed.scenario.loader import ScenarioError
+
+    base = ["algorithm.name=gossip-avg", "dataset.synthetic.num_devices=3", "model.hidden=[16]", "rounds=3",
+            "topology.kind=complete", "topology.latency_s=0.2", "topology.bandwidth_bps=1e6"]
+    scenario = repo_root / "scenarios" / "synthetic-small.yaml"
+    plain = run_scenario(load_scenario(scenario, base), tmp_path / "plain", progress=False)
+    setup = run_scenario(load_scenario(scenario, [*base, "topology.setup_round_trips=3"]), tmp_path / "setup",
+                         progress=False)
+    one_way = plain["comm"]["delivery_time_s"]["max"]                  # 0.2 s + the bytes' time
+    assert 0.2 < one_way < 0.3
+    assert setup["comm"]["delivery_time_s"]["max"] == pytest.approx(3 * 0.4 + one_way, rel=1e-3)
+    assert setup["comm"]["delivery_time_s"]["count"] == plain["comm"]["delivery_time_s"]["count"] == 18
+    assert setup["comm"]["delivery_time_after_first_s"] == plain["comm"]["delivery_time_after_first_s"]
+    assert setup["comm"]["delivery_time_after_first_s"]["count"] == 12   # 6 pairs' first messages left out
+    assert setup["final"]["f1_macro_mean"] == plain["final"]["f1_macro_mean"]
+    with pytest.raises(ScenarioError, match="topology.setup_round_trips: .*contact runtime"):
+        load_scenario(scenario, [*base, "topology.setup_round_trips=3", "contacts.kind=poisson"])

@@ -133,7 +133,7 @@ class Intake:
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
             if arrival and RELAY_KEY not in msg.meta:   # a carried copy's sent_at is its origin's
-                self.recorder.arrived(now - msg.sent_at)
+                self.recorder.arrived(now - msg.sent_at, msg.sender, self.device)
             if self.rules.hold_later_rounds and msg.kind == RESEND_KIND:
                 return ResendRequest(msg.sender, msg.round)
             past_run = self.rules.rounds is not None and msg.round >= self.rules.rounds

@@ -1,5 +1,6 @@
 """The synchronous SimPy runtime: every device is a process, every link delays bytes by
-latency + size/bandwidth.
+latency + size/bandwidth (and its first bytes until its connection is up, where the scenario
+models connection setup).
 
 Simulated time is separate from wall time: a round takes ``round_period_s`` simulated seconds
 however long the arithmetic takes. At the start of each round every device acts through its
@@ -73,7 +74,8 @@ class Simulation:
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
-                 precision: str = "float32", energy: EnergyMeter | None = None) -> None:
+                 precision: str = "float32", energy: EnergyMeter | None = None,
+                 setup_round_trips: float = 0.0) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
@@ -81,7 +83,10 @@ class Simulation:
         ``energy``: the devices' compute speed, energy and batteries (``devices``; None: not
         modelled, and none of it runs). A step then takes its work's time: its share leaves that
         long after the round starts; a device whose battery is empty neither trains, shares nor
-        receives until a recharge (it is still evaluated on the model it holds)."""
+        receives until a recharge (it is still evaluated on the model it holds).
+        ``setup_round_trips``: a link's first byte leaves no earlier than that many round trips
+        (2 x its latency) after the run starts, the time a real connection takes to open
+        (``topology.setup_round_trips``)."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -102,6 +107,7 @@ class Simulation:
                                  IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n))
         self.next_round = 0
         self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
+        self.setup_round_trips = setup_round_trips      # before its first use: when its connection is up
         self.in_flight: dict[int, Transfer] = {}
         self._transfer_ids = 0
         self._active: tuple[int, np.ndarray] | None = None
@@ -182,7 +188,7 @@ class Simulation:
             self.recorder.sent(src, size, out.round)
             self.recorder.transfer_started(src)
             edge = edges[dst]
-            start = max(now, self.free_at.get((src, dst), now))
+            start = max(now, self.free_at.get((src, dst), self.setup_round_trips * 2 * edge["latency_s"]))
             done = start + 8.0 * size / edge["bandwidth_bps"]
             self.free_at[src, dst] = done
             if self.energy is not None:   # both radios busy while the bytes are on the link

@@ -90,6 +90,10 @@ class Recorder:
         self.fused_count = 0
         self.fused_age_sum = 0.0
         self.delivery_times = DelayHistogram()   # sender's sent_at to the receiver's intake, direct messages
+        # the same less each sender-receiver pair's first message, which pays the connection's
+        # setup on real peers: the steady state apart from the start
+        self.delivery_times_after_first = DelayHistogram()
+        self._pairs_heard: set[tuple[int, int]] = set()
         # A hostile peer can make drops at will: their log lines are rate-limited (the counts
         # above stay exact).
         self.drop_log = RateLimitedLog(log)
@@ -115,9 +119,14 @@ class Recorder:
         d.bytes_received += nbytes
         d.messages_received += 1
 
-    def arrived(self, delay_s: float) -> None:
-        """A message came straight from its sender (not carried) ``delay_s`` after it was sent."""
+    def arrived(self, delay_s: float, sender: int, receiver: int) -> None:
+        """A message came straight from ``sender`` (not carried) to ``receiver`` ``delay_s`` after
+        it was sent."""
         self.delivery_times.add(delay_s)
+        if (sender, receiver) in self._pairs_heard:
+            self.delivery_times_after_first.add(delay_s)
+        else:
+            self._pairs_heard.add((sender, receiver))
 
     def late(self, dst: int) -> None:
         """A message reached ``dst`` after the fusion it was shared for: fused a round later, if at all."""
@@ -296,6 +305,8 @@ class Recorder:
                           for p, tables in sorted(self._by_protocol.items())},
             "fused": [self.fused_count, self.fused_age_sum],
             "delivery_times": self.delivery_times.state_dict(),
+            "delivery_times_after_first": self.delivery_times_after_first.state_dict(),
+            "pairs_heard": sorted([s, r] for s, r in self._pairs_heard),
             "generalization": {str(r): [None if np.isnan(v) else float(v) for v in values]
                                for r, values in sorted(self._general.items())},
         }
@@ -315,8 +326,12 @@ class Recorder:
         self._eval_time = {int(r): float(ev["time"]) for r, ev in state["evaluations"].items()}
         self.fused_count, self.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
         self.delivery_times = DelayHistogram()
+        self.delivery_times_after_first = DelayHistogram()
         if "delivery_times" in state:   # states written before the histogram have none
             self.delivery_times.load_state_dict(state["delivery_times"])
+        if "delivery_times_after_first" in state:
+            self.delivery_times_after_first.load_state_dict(state["delivery_times_after_first"])
+        self._pairs_heard = {(int(s), int(r)) for s, r in state.get("pairs_heard", [])}
         self._general = {int(r): np.array([np.nan if v is None else v for v in values], dtype=float)
                          for r, values in state.get("generalization", {}).items()}
 
@@ -348,6 +363,8 @@ class Recorder:
             rec.fused_count += part.fused_count
             rec.fused_age_sum += part.fused_age_sum
             rec.delivery_times.merge(part.delivery_times)
+            rec.delivery_times_after_first.merge(part.delivery_times_after_first)
+            rec._pairs_heard |= part._pairs_heard
         return rec
 
     def _merge_tables(self, mine: dict[int, np.ndarray], theirs: dict[int, np.ndarray], devices: list[int]) -> None:

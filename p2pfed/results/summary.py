@@ -61,6 +61,8 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
             "bytes_wasted": recorder.total("bytes_wasted"),
             # sender's sent_at to the receiver's intake, messages not carried by others (delays.py)
             "delivery_time_s": recorder.delivery_times.summary(),
+            # the same less each sender-receiver pair's first message (a real connection's setup)
+            "delivery_time_after_first_s": recorder.delivery_times_after_first.summary(),
             "delivery_ratio": round_float(recorder.total("messages_received")
                                           / max(recorder.total("transfers_started"), 1), 4),
         },

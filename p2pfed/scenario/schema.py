@@ -158,6 +158,9 @@ class TopologySection(Section):
     bandwidth_bps: float = Field(default=1e6, gt=0)
     latency_s: float = Field(default=0.05, ge=0)
     allow_disconnected: bool = False   # a topology file whose nodes do not all reach each other
+    # Round trips a link's connection takes to open before its first byte can leave (TCP, ZeroMQ's
+    # greeting and handshake, CURVE's): real peers pay them once per link, the simulator at 0 never.
+    setup_round_trips: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _file_when_needed(self) -> TopologySection:
@@ -460,6 +463,9 @@ class Scenario(Section):
             if "sybil" in adversary.kinds and not self.forwarding.enabled:
                 raise ValueError(f"adversaries.{i}.kind: sybil sends its share under other devices' ids as carried "
                                  "copies, which receivers accept only with forwarding.enabled: true (contacts)")
+        if self.topology.setup_round_trips > 0 and self.contacts.kind != "none":
+            raise ValueError("topology.setup_round_trips: models the connections of synchronous rounds' static "
+                             f"links; the contact runtime (contacts.kind: {self.contacts.kind!r}) does not use it")
         if self.engine.offload is True and not self.uses_batch_windows():
             raise ValueError("engine.offload: true: the helper process computes offloaded work of a contact run's "
                              "batch windows ahead, so it needs contacts (contacts.kind other than none) and "
