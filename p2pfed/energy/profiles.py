@@ -70,8 +70,9 @@ def unknown_class(name: str) -> str:
     """Why ``name`` is not a named class, in words for an error message."""
     if name in RETIRED:
         return (f"{name!r} had illustrative figures and is gone; the named classes are measured devices "
-                f"now: use {RETIRED[name]!r} or give flops_per_s and joules_per_flop")
-    return f"{name!r} is not a named class ({', '.join(sorted(PROFILES))})"
+                f"now: use {RETIRED[name]!r}, or give flops_per_s and joules_per_flop")
+    return (f"{name!r} is not a named class ({', '.join(sorted(PROFILES))}); give flops_per_s and "
+            "joules_per_flop for a class of your own")
 
 
 def assign_by_fraction(shares: Sequence[tuple[DeviceProfile, float]], num_devices: int,

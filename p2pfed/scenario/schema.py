@@ -380,8 +380,7 @@ class ProfileEntry(Section):
     @model_validator(mode="after")
     def _figures_known(self) -> ProfileEntry:
         if self.name not in PROFILES and (self.flops_per_s is None or self.joules_per_flop is None):
-            raise ValueError(f"devices.profiles: {unknown_class(self.name)}; "
-                             "give flops_per_s and joules_per_flop for a class of your own")
+            raise ValueError(f"devices.profiles: {unknown_class(self.name)}")
         return self
 
 
