@@ -44,8 +44,8 @@ class MeasuredDevice:
     gflops: float       # HPL's result
     watts: float        # average power over the benchmark
 
-    def profile(self, name: str | None = None) -> DeviceProfile:
-        return DeviceProfile(name or self.name, self.gflops * 1e9, self.watts / (self.gflops * 1e9))
+    def profile(self) -> DeviceProfile:
+        return DeviceProfile(self.name, self.gflops * 1e9, self.watts / (self.gflops * 1e9))
 
 
 MEASURED: tuple[MeasuredDevice, ...] = (
@@ -60,8 +60,8 @@ ROLES = {"watch": "pi-zero-2w", "phone": "qcs6490", "laptop": "ryzen-ai-340"}
 """The classes a user thinks in, each the nearest measured device: a watch's few small cores at
 about 2 W, a phone-class Qualcomm SoC, a laptop."""
 
-PROFILES: dict[str, DeviceProfile] = {m.name: m.profile() for m in MEASURED} | {
-    role: next(m for m in MEASURED if m.name == device).profile(role) for role, device in ROLES.items()}
+PROFILES: dict[str, DeviceProfile] = {m.name: m.profile() for m in MEASURED}
+PROFILES |= {role: replace(PROFILES[device], name=role) for role, device in ROLES.items()}
 RETIRED = {"phone-2019": "phone"}
 """Classes that once had illustrative figures: refused by name, with the class that replaces them."""
 
