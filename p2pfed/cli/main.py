@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "method does not know are left out; same as --set algorithm.name=NAME)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="write OUT/checkpoint.pt every N rounds (synchronous rounds only)")
+                   help="write OUT/checkpoint.pt every N rounds (over contacts: every N evaluations)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--log", action="append", metavar="KIND:DIR",
                    help="log each evaluation live, e.g. tensorboard:runs/tb (repeatable)")

@@ -30,6 +30,7 @@ import simpy
 from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, encode_share, evaluate_together,
                            finish_together, start_together)
+from p2pfed.engine.contact_checkpoint import Wait, Waits, contact_run_state, restore_contact_run
 from p2pfed.engine.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.energy import EnergyMeter
@@ -148,6 +149,10 @@ class OpportunisticSimulation:
         self.batches_taken = 0
         self.energy = energy
         self.step_started: dict[int, float] = {}    # with energy and a batch window: when each step began
+        # What every process waits on, so that a checkpoint can describe the run mid-way and a
+        # restored run waits on the same things (``engine.contact_checkpoint``).
+        self.waits = Waits(n)
+        self.evaluator: simpy.Process | None = None
         if energy is not None:
             energy.clock = lambda: float(self.env.now)
             for i, loop in enumerate(self.loops):
@@ -168,13 +173,16 @@ class OpportunisticSimulation:
         ev.succeed()
 
     # -- learning on each device's own clock -------------------------------------------------
-    def _device(self, i: int) -> Generator[simpy.Event, Any, None]:
+    def _device(self, i: int, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
         """Device i's clock: a step every period (± jitter) from its first. Without a batch
         window the step happens at once; with one, it starts at once (what the device holds now
         is what it fuses) and finishes at the end of its window (``_window_end``), together
-        with every step started in that window (``_finish_batch``)."""
+        with every step started in that window (``_finish_batch``). ``wake``: a restored
+        device's next step."""
         sch = self.schedule
-        yield self.env.timeout(float(self.first_training_s[i]))
+        wake = wake if wake is not None else self.env.timeout(float(self.first_training_s[i]))
+        self.waits.device[i] = wake
+        yield wake
         while self.env.now < sch.duration_s:
             busy = 0.0
             if self.state[i].online:
@@ -185,7 +193,10 @@ class OpportunisticSimulation:
                 else:
                     self._act([i], [self.loops[i].act(self.loops[i].actions)])
             jitter = float(self.rng.uniform(-sch.train_jitter_s, sch.train_jitter_s))
-            yield self.env.timeout(max(sch.train_period_s + jitter, busy) if busy else sch.train_period_s + jitter)
+            wake = self.env.timeout(max(sch.train_period_s + jitter, busy) if busy else sch.train_period_s + jitter)
+            self.waits.device[i] = wake
+            yield wake
+        self.waits.device[i] = None
 
     def _measured_step(self, i: int) -> float:
         """A step of a device whose compute and energy are modelled: none if its battery is
@@ -268,8 +279,12 @@ class OpportunisticSimulation:
                                    Frame(out.data), out.to) for out in outgoing]
         self._pulse(self.news, i)
 
-    def _offer_later(self, i: int, outgoing: list[Outgoing], delay: float) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(delay)
+    def _offer_later(self, i: int, outgoing: list[Outgoing], delay: float,
+                     wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
+        wake = wake if wake is not None else self.env.timeout(delay)
+        self.waits.offers_later[wake] = (i, outgoing)
+        yield wake
+        del self.waits.offers_later[wake]
         self._offer(i, outgoing)
 
     def _interval(self) -> int:
@@ -279,33 +294,57 @@ class OpportunisticSimulation:
         last = max(int(np.ceil(end / every - 1e-9)) - 1, 0)
         return min(int(self.env.now // every), last)
 
-    def _evaluator(self) -> Generator[simpy.Event, Any, None]:
+    @property
+    def evaluations(self) -> int:
+        """How many evaluations the run makes (the last one at its end)."""
+        return int(np.ceil(self.schedule.duration_s / self.schedule.eval_every_s - 1e-9))
+
+    def _evaluator(self, index: int = 0, t: float | None = None,
+                   wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
+        """Evaluate every device every ``eval_every_s`` and at the end (``index``, ``t``: a
+        restored run's next evaluation and its time)."""
         every, end = self.schedule.eval_every_s, self.schedule.duration_s
-        index, t = 0, every
+        t = every if t is None else t
         while True:
             t = min(t, end)
-            yield self.env.timeout(t - self.env.now)
+            self.waits.evaluation = (index, t, wake if wake is not None else self.env.timeout(t - self.env.now))
+            yield self.waits.evaluation[2]
+            wake = None
             evaluate_together(self.loops, index, batched=self.batched)
             if self.energy is not None:
                 self.energy.snapshot(index)
             index += 1
+            self.waits.evaluated = index
             if self.on_time is not None:
                 self.on_time(float(self.env.now))
+            stop = self.waits.stop
+            if stop is not None and index == self.waits.stop_after and not stop.triggered:
+                stop.succeed()
             if t >= end:
                 return
             t += every
 
     # -- churn -------------------------------------------------------------------------------
-    def _churn(self, i: int, spans: list[tuple[float, float]]) -> Generator[simpy.Event, Any, None]:
-        for off_from, off_until in spans:
-            yield self.env.timeout(max(off_from - self.env.now, 0.0))
-            self.state[i].online = False
-            self._pulse(self.went_offline, i)
-            self._pulse(self.switched, i)
-            yield self.env.timeout(max(off_until - self.env.now, 0.0))
+    def _churn(self, i: int, spans: list[tuple[float, float]], first: int = 0, back: bool = False,
+               wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
+        """Device i off and on again over its ``spans`` (a restored run: from span ``first``,
+        waiting to go off, or with ``back`` to come back, on ``wake``)."""
+        for k in range(first, len(spans)):
+            off_from, off_until = spans[k]
+            if not (back and k == first):
+                self.waits.churn[i] = (k, False, wake or self.env.timeout(max(off_from - self.env.now, 0.0)))
+                wake = None
+                yield self.waits.churn[i][2]
+                self.state[i].online = False
+                self._pulse(self.went_offline, i)
+                self._pulse(self.switched, i)
+            self.waits.churn[i] = (k, True, wake or self.env.timeout(max(off_until - self.env.now, 0.0)))
+            wake = None
+            yield self.waits.churn[i][2]
             self.state[i].online = True
             self.state[i].offline_s += off_until - off_from
             self._pulse(self.switched, i)
+        self.waits.churn.pop(i, None)
 
     # -- batteries ----------------------------------------------------------------------------
     def _up(self, i: int) -> bool:
@@ -324,23 +363,45 @@ class OpportunisticSimulation:
             self._pulse(self.switched, i)
         return False
 
-    def _recharges(self) -> Generator[simpy.Event, Any, None]:
+    def _recharges(self, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
         """Every battery full again on the schedule; stopped devices run again."""
         assert self.energy is not None
         while self.energy.next_recharge is not None and self.energy.next_recharge < self.schedule.duration_s:
-            yield self.env.timeout(max(self.energy.next_recharge - self.env.now, 0.0))
+            self.waits.recharge = wake or self.env.timeout(max(self.energy.next_recharge - self.env.now, 0.0))
+            wake = None
+            yield self.waits.recharge
             for i in self.energy.recharge_due(float(self.env.now)):
                 self._pulse(self.switched, i)
+        self.waits.recharge = None
 
     # -- contacts and transfers --------------------------------------------------------------
-    def _contacts(self) -> Generator[simpy.Event, Any, None]:
-        for c in self.plan.contacts:
-            if c.start >= self.schedule.duration_s:
-                return
-            yield self.env.timeout(c.start - self.env.now)
-            end = self.env.timeout(min(c.end, self.schedule.duration_s) - self.env.now)
-            self.env.process(self._session(c.a, c.b, c, end))
-            self.env.process(self._session(c.b, c.a, c, end))
+    def _contacts(self, first: int = 0, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
+        """Open each contact of the plan when it starts (a restored run: from contact ``first``)."""
+        contacts, duration = self.plan.contacts, self.schedule.duration_s
+        for index in range(first, len(contacts)):
+            c = contacts[index]
+            if c.start >= duration:
+                break
+            self.waits.contact = (index, wake if wake is not None else self.env.timeout(c.start - self.env.now))
+            wake = None
+            yield self.waits.contact[1]
+            self._open(index, self.env.timeout(min(c.end, duration) - self.env.now))
+        self.waits.contact = None
+
+    def _open(self, index: int, end: simpy.Event) -> None:
+        """Contact ``index`` is on until ``end``: a session each way."""
+        c = self.plan.contacts[index]
+        self._track_end(index, end)
+        self.env.process(self._session(c.a, c.b, index, end))
+        self.env.process(self._session(c.b, c.a, index, end))
+
+    def _track_end(self, index: int, end: simpy.Event) -> None:
+        """Contact ``index`` is on until ``end`` (kept for a checkpoint while it lasts)."""
+        self.waits.contact_ends[index] = end
+
+        def ended(_: simpy.Event) -> None:
+            self.waits.contact_ends.pop(index, None)
+        end.callbacks.append(ended)
 
     def _next_offer(self, src: int, dst: int) -> Offer | None:
         """What ``src`` sends ``dst`` next (the first in send-policy order), None if nothing."""
@@ -371,27 +432,47 @@ class OpportunisticSimulation:
                                          precision=self.precision))
         return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
 
-    def _session(self, src: int, dst: int, contact: Contact, end: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """One direction of one contact: transfers one after the other until the contact ends."""
+    def _session(self, src: int, dst: int, index: int, end: simpy.Event,
+                 resume: Wait | None = None) -> Generator[simpy.Event, Any, None]:
+        """One direction of contact ``index``: transfers one after the other until it ends
+        (``resume``: a restored session's wait, taken up without deciding again)."""
+        key = (src, dst, index)
         while not end.processed:
-            if not (self._up(src) and self._up(dst)):
+            wait = resume if resume is not None else self._decide(src, dst)
+            resume = None
+            if wait is None:
+                continue
+            if wait.seq < 0:
+                wait.seq = next(self.waits.counter)
+            self.waits.sessions[key] = wait
+            if wait.kind == "transfer":
+                yield from self._transfer(src, dst, wait, self.plan.contacts[index], end)
+            elif wait.kind == "down":
                 yield end | self.switched[src] | self.switched[dst]
-                continue
-            if self.energy is not None and not (self._has_energy(src) and self._has_energy(dst)):
-                continue
-            offer = self._next_offer(src, dst)
-            if offer is None:
+            else:
                 yield self._or_churn(end | self.news[src], self.switched[src], self.switched[dst])
-                continue
-            yield from self._transfer(src, dst, offer, contact, end)
+        self.waits.sessions.pop(key, None)
 
-    def _transfer(self, src: int, dst: int, offer: Offer, contact: Contact,
+    def _decide(self, src: int, dst: int) -> Wait | None:
+        """What a session does next: wait for both ends to be up, send its next offer, wait for
+        one (None: a battery just ran out; decide again)."""
+        if not (self._up(src) and self._up(dst)):
+            return Wait("down")
+        if self.energy is not None and not (self._has_energy(src) and self._has_energy(dst)):
+            return None
+        offer = self._next_offer(src, dst)
+        return Wait("idle") if offer is None else Wait("transfer", offer, float(self.env.now))
+
+    def _transfer(self, src: int, dst: int, wait: Wait, contact: Contact,
                   end: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        offer, started = wait.offer, wait.started
+        assert offer is not None
         size = offer.frame.size
         needed = 8.0 * size / contact.bandwidth_bps + contact.latency_s
-        started = float(self.env.now)
-        self.recorder.transfer_started(src)
-        done = self.env.timeout(needed)
+        if wait.done is None:   # a new transfer (a restored one has its end already)
+            self.recorder.transfer_started(src)
+            wait.done = self.env.timeout(needed)
+        done = wait.done
         yield self._or_churn(done | end, self.went_offline[src], self.went_offline[dst])
         elapsed = float(self.env.now) - started
         if self.energy is not None:   # both radios busy while the transfer lasted, cut or not
@@ -433,22 +514,56 @@ class OpportunisticSimulation:
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> float:
         """Run until ``duration_s``; returns the simulated time at the end."""
-        n = len(self.algorithms)
+        try:
+            self.start()
+            self.advance(self.evaluations)
+        finally:
+            self.close()
+        return float(self.env.now)
+
+    def churn_spans(self) -> dict[int, list[tuple[float, float]]]:
+        """Each churning device's offline spans, in time order."""
         spans: dict[int, list[tuple[float, float]]] = {}
         for i, off_from, off_until in self.offline:
             spans.setdefault(i, []).append((off_from, off_until))
-        try:
-            for i in range(n):
-                self.env.process(self._device(i))
-            for i, s in spans.items():
-                self.env.process(self._churn(i, s))
-            self.env.process(self._contacts())
-            if self.energy is not None and self.energy.next_recharge is not None:
-                self.env.process(self._recharges())
-            self.env.run(until=self.env.process(self._evaluator()))
-        finally:
-            self.delivery.close()
-        return float(self.env.now)
+        return spans
+
+    def start(self) -> None:
+        """Start every process of a new run (``load_state_dict`` instead continues a saved one)."""
+        for i in range(len(self.algorithms)):
+            self.env.process(self._device(i))
+        for i, s in self.churn_spans().items():
+            self.env.process(self._churn(i, s))
+        self.env.process(self._contacts())
+        if self.energy is not None and self.energy.next_recharge is not None:
+            self.env.process(self._recharges())
+        self.evaluator = self.env.process(self._evaluator())
+
+    def advance(self, evaluations: int) -> None:
+        """Run until ``evaluations`` evaluations are done: to the end, or (fewer) to a moment a
+        checkpoint can describe, every event due at that evaluation's time processed."""
+        assert self.evaluator is not None, "start() or load_state_dict() first"
+        if evaluations >= self.evaluations:
+            self.env.run(until=self.evaluator)
+            return
+        self.waits.stop_after, self.waits.stop = evaluations, self.env.event()
+        self.env.run(until=self.waits.stop)
+        now = self.env.now
+        while self.env.peek() <= now:
+            self.env.step()
+
+    def close(self) -> None:
+        self.delivery.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue after ``advance`` stopped short of the end (checkpoint
+        data; ``engine.contact_checkpoint``)."""
+        return contact_run_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue a run saved by ``state_dict`` (on a simulation built from the same scenario,
+        instead of ``start``)."""
+        restore_contact_run(self, state)
 
     def stats(self) -> dict[str, float | None]:
         """Per-device means worth reporting next to the communication counters."""

@@ -2,7 +2,8 @@
 
 Without a ``contacts`` section (``contacts.kind: none``) devices run synchronous rounds over the
 static ``topology`` graph; any other contact kind runs the opportunistic runtime. Synchronous
-runs can checkpoint at round boundaries and continue from there with identical results.
+runs can checkpoint at round boundaries, contact runs at evaluations, and continue from there
+with identical results.
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ if TYPE_CHECKING:
     from p2pfed.data import FederatedDataset
 
 CHECKPOINT_KIND = "simulation"
+CONTACTS_CHECKPOINT_KIND = "contact-simulation"
 
 
 @dataclass(frozen=True)
 class Checkpointing:
-    """Where a synchronous run keeps its checkpoint, how often it writes one, and whether it
-    stops early (after ``stop_after_round`` rounds, to be continued by a later run)."""
+    """Where a run keeps its checkpoint, how often it writes one (every ``every`` rounds, or over
+    contacts every ``every`` evaluations), and whether it stops early (after ``stop_after_round``
+    rounds or evaluations, to be continued by a later run)."""
 
     path: Path
     every: int = 1
@@ -127,10 +130,10 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
             if sim_time is None:
                 return None
         else:
-            if checkpointing is not None:
-                raise ValueError(f"{loaded.source}: contacts.kind: checkpoints are for synchronous rounds "
-                                 "(contacts.kind: none) only")
-            sim_time, extra, plan = _run_contacts(loaded, algorithms, graph, recorder, progress, rows, meter)
+            ran = _run_contacts(loaded, algorithms, graph, recorder, progress, rows, checkpointing, meter)
+            if ran is None:
+                return None
+            sim_time, extra, plan = ran
     finally:
         offload.close()
     if meter is not None:
@@ -147,6 +150,14 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     rows.emit(recorder.rows)
     rows.end(summary)
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter)
+
+
+def _check_windows(loaded: LoadedScenario, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:
+    """A contact run checkpoints at evaluations, where no batch window may be open."""
+    w, every = schedule.batch_window_s, schedule.eval_every_s
+    if checkpointing is not None and w and abs(every / w - round(every / w)) > 1e-9:
+        raise ValueError(f"{loaded.source}: evaluation.every_s ({every:g} s) must be a multiple of "
+                         f"asynchronous.batch_window_s ({w:g} s) for checkpoints over contacts")
 
 
 def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
@@ -201,8 +212,10 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
 
 
 def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
-                  recorder: Recorder, progress: bool, rows: Rows,
-                  meter: EnergyMeter | None = None) -> tuple[float, dict[str, Any], ContactPlan]:
+                  recorder: Recorder, progress: bool, rows: Rows, checkpointing: Checkpointing | None,
+                  meter: EnergyMeter | None = None) -> tuple[float, dict[str, Any], ContactPlan] | None:
+    """The opportunistic runtime; with ``checkpointing``, checkpoints every ``every``
+    evaluations (None: stopped early at one)."""
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
@@ -234,10 +247,29 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=on_time, batched=sc.engine.batched_training,
                                   precision=sc.engine.precision, energy=meter)
+    _check_windows(loaded, schedule, checkpointing)
+    mark = fingerprint(loaded)
+    total = sim.evaluations
     try:
-        sim_time = sim.run()
+        if checkpointing is not None and checkpointing.path.exists():
+            sim.load_state_dict(load_checkpoint(checkpointing.path, CONTACTS_CHECKPOINT_KIND, mark))
+            bar.update(round(sim.env.now))
+        else:
+            sim.start()
+        stop = total
+        if checkpointing is not None and checkpointing.stop_after_round is not None:
+            stop = min(stop, checkpointing.stop_after_round)
+        while sim.waits.evaluated < stop:
+            step = stop if checkpointing is None else sim.waits.evaluated + checkpointing.every
+            sim.advance(min(step, stop))
+            if checkpointing is not None and sim.waits.evaluated < total:
+                save_checkpoint(checkpointing.path, CONTACTS_CHECKPOINT_KIND, mark, sim.state_dict())
     finally:
+        sim.close()
         bar.close()
+    if sim.waits.evaluated < total:
+        return None
+    sim_time = float(sim.env.now)
     stats = sim.stats()
     return sim_time, {
         "rounds": stats["trainings_per_device"],
