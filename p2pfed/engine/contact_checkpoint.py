@@ -19,7 +19,6 @@ order they began waiting (``Wait.seq``).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import weakref
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import torch
 from p2pfed.algorithms.state import received_from_state, received_state
 from p2pfed.device import Outgoing
 from p2pfed.engine.delivery import Frame
+from p2pfed.engine.run_state import devices_state, load_devices_state
 
 if TYPE_CHECKING:
     from p2pfed.engine.opportunistic import Offer, OpportunisticSimulation
@@ -102,10 +102,7 @@ def contact_run_state(sim: OpportunisticSimulation) -> dict[str, Any]:
         "evaluation": [index, t, pending(wake)],
         "evaluated": w.evaluated,
         "seq": next(w.counter),
-        "devices": [loop.state_dict() for loop in sim.loops],
-        "intakes": [intake.state_dict() for intake in sim.delivery.intakes],
-        "recorder": sim.recorder.state_dict(),
-        "rng": json.dumps(sim.rng.bit_generator.state),
+        **devices_state(sim.loops, sim.delivery, sim.recorder, sim.rng, sim.energy),
         "counts": [sim.steps_taken, sim.batches_taken],
         "device_wakes": [None if ev is None else pending(ev) for ev in w.device],
         "contact": None if w.contact is None else [w.contact[0], pending(w.contact[1])],
@@ -120,7 +117,6 @@ def contact_run_state(sim: OpportunisticSimulation) -> dict[str, Any]:
                    "carried": [{"part": c.part, "item": received_state(c.item)} for c in st.carried.values()],
                    "have": [[o, p, r, s] for (o, p), (r, s) in sorted(st.have.items())]}
                   for st in sim.state],
-        **({} if sim.energy is None else {"energy": sim.energy.state_dict()}),
     }
 
 
@@ -150,15 +146,8 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
     sim.news = [env.event() for _ in range(n)]
     sim.switched = [env.event() for _ in range(n)]
     sim.went_offline = [env.event() for _ in range(n)]
-    for loop, saved in zip(sim.loops, state["devices"], strict=True):
-        loop.load_state_dict(saved)
-    for intake, saved in zip(sim.delivery.intakes, state["intakes"], strict=True):
-        intake.load_state_dict(saved)
-    sim.recorder.load_state_dict(state["recorder"])
-    sim.rng.bit_generator.state = json.loads(state["rng"])
+    load_devices_state(state, sim.loops, sim.delivery, sim.recorder, sim.rng, sim.energy)
     sim.steps_taken, sim.batches_taken = (int(x) for x in state["counts"])
-    if sim.energy is not None:
-        sim.energy.load_state_dict(state["energy"])
     interned = sim.algorithms[0].ctx.shared.setdefault("checkpoint/payloads", weakref.WeakValueDictionary()) \
         if sim.algorithms else {}
     for st, saved in zip(sim.state, state["state"], strict=True):

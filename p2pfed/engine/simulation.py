@@ -17,7 +17,6 @@ messages in flight, counters and random streams — with bit-identical results.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
 from p2pfed.engine.delivery import Delivery, Frame
+from p2pfed.engine.run_state import devices_state, load_devices_state
 from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
@@ -248,31 +248,20 @@ class Simulation:
         return {
             "next_round": self.next_round,
             "time": float(self.env.now),
-            "devices": [loop.state_dict() for loop in self.loops],
-            "intakes": [intake.state_dict() for intake in self.delivery.intakes],
-            "recorder": self.recorder.state_dict(),
-            "rng": json.dumps(self.rng.bit_generator.state),
+            **devices_state(self.loops, self.delivery, self.recorder, self.rng, self.energy),
             "free_at": [[s, d, t] for (s, d), t in sorted(self.free_at.items())],
             "in_flight": [{"src": t.src, "dst": t.dst, "round": t.round, "done_at": t.done_at,
                            "arrive_at": t.arrive_at, "completed": t.completed, "refused": t.frame is None,
                            "data": torch.frombuffer(bytearray(t.data), dtype=torch.uint8)}
                           for _, t in sorted(self.in_flight.items())],
-            **({} if self.energy is None else {"energy": self.energy.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue a run saved by ``state_dict`` (on a Simulation built from the same scenario)."""
         self.next_round = int(state["next_round"])
         self.env = simpy.Environment(initial_time=float(state["time"]))
-        for loop, saved in zip(self.loops, state["devices"], strict=True):
-            loop.load_state_dict(saved)
-        for intake, saved in zip(self.delivery.intakes, state["intakes"], strict=True):
-            intake.load_state_dict(saved)
-        self.recorder.load_state_dict(state["recorder"])
-        self.rng.bit_generator.state = json.loads(state["rng"])
+        load_devices_state(state, self.loops, self.delivery, self.recorder, self.rng, self.energy)
         self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
-        if self.energy is not None:
-            self.energy.load_state_dict(state["energy"])
         self.in_flight.clear()
         for t in state["in_flight"]:
             data = t["data"].numpy().tobytes()
