@@ -138,7 +138,7 @@ def _outgoing_state(o: Outgoing) -> dict[str, Any]:
 def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> None:
     """Continue a run saved by ``contact_run_state`` on a simulation built from the same
     scenario and not started: state back in place, every process in the wait it was in."""
-    from p2pfed.engine.opportunistic import Carried, Offer
+    from p2pfed.engine.opportunistic import Carried
 
     now = float(state["time"])
     sim.env = env = simpy.Environment(initial_time=now)
@@ -152,7 +152,7 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
         if sim.algorithms else {}
     for st, saved in zip(sim.state, state["state"], strict=True):
         st.online, st.offline_s = bool(saved["online"]), float(saved["offline_s"])
-        st.own = [_offer_from_state(Offer, o) for o in saved["own"]]
+        st.own = [_offer_from_state(o) for o in saved["own"]]
         st.carried = {}
         for c in saved["carried"]:
             item = received_from_state(c["item"], interned)
@@ -161,14 +161,13 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
 
     # the pending timeouts again, in their original creation order, at their original times
     made: dict[int, simpy.Event] = {}
-    wanted = [p for p in _all_pending(state)]
-    for t, eid in sorted(wanted, key=lambda p: p[1]):
+    for t, eid in sorted(_all_pending(state), key=lambda p: p[1]):
         made[int(eid)] = _timeout_at(env, float(t))
 
     def ev(p: Pending) -> simpy.Event:
         return made[int(p[1])]
 
-    w = sim.waits = type(sim.waits)(n)
+    w = sim.waits = Waits(n)
     w.counter = itertools.count(int(state["seq"]))
     w.evaluated = int(state["evaluated"])
     index, t, wake = state["evaluation"]
@@ -194,7 +193,7 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
         wait = Wait(s["kind"], seq=int(s["seq"]))
         if wait.kind == "transfer":
             o = s["offer"]
-            wait.offer = sim.state[src].own[int(o["own"])] if "own" in o else _offer_from_state(Offer, o)
+            wait.offer = sim.state[src].own[int(o["own"])] if "own" in o else _offer_from_state(o)
             wait.started, wait.done = float(s["started"]), ev(s["done"])
         env.process(sim._session(src, dst, int(s["contact"]), ends[int(s["contact"])], wait))
 
@@ -223,8 +222,10 @@ def _timeout_at(env: simpy.Environment, t: float) -> simpy.Event:
     return env.timeout(max(delay, 0.0))
 
 
-def _offer_from_state(offer_type: type[Offer], o: dict[str, Any]) -> Offer:
-    return offer_type(int(o["origin"]), str(o["part"]), int(o["round"]), float(o["sent_at"]),
+def _offer_from_state(o: dict[str, Any]) -> Offer:
+    from p2pfed.engine.opportunistic import Offer   # the runtime imports this module
+
+    return Offer(int(o["origin"]), str(o["part"]), int(o["round"]), float(o["sent_at"]),
                       Frame(o["frame"].numpy().tobytes()), None if o["to"] < 0 else int(o["to"]))
 
 
