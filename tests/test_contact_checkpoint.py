@@ -1,5 +1,10 @@
 """A contact run stopped at an evaluation and continued from its checkpoint ends bit-identical."""
 
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
@@ -84,3 +89,28 @@ def test_checkpoints_over_contacts_need_windows_that_close_at_evaluations(tmp_pa
     loaded = _loaded("gossip-avg", ["asynchronous.batch_window_s=35"])
     with pytest.raises(ValueError, match="evaluation.every_s .* multiple of asynchronous.batch_window_s"):
         run_scenario(loaded, None, progress=False, checkpointing=Checkpointing(tmp_path / "c.ckpt"))
+
+
+def test_a_contact_run_killed_mid_way_resumes_from_its_checkpoint_on_the_command_line(tmp_path):
+    """SIGKILL ``p2pfed run`` over contacts once its first checkpoint is written; ``--resume``
+    finishes it with the files of an uninterrupted run."""
+    longer = BUSY + ["contacts.duration_s=3000"]   # 20 evaluations: the kill lands mid-way
+    args = ["run", str(SCENARIO), "--quiet", *sum((["--set", s] for s in longer), [])]
+    assert main(args + ["--out", str(tmp_path / "whole")]) == 0
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "p2pfed.cli.main", *args, "--out", str(out),
+                             "--checkpoint-every", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    evaluated = torch.load(out / "checkpoint.pt", weights_only=True)["state"]["evaluated"]
+    assert 1 <= evaluated < 20 and not (out / "rounds.csv").exists()
+    assert main(args + ["--out", str(out), "--resume"]) == 0
+    _same_files(tmp_path / "whole", out)
