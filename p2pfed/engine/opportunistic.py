@@ -16,6 +16,9 @@ peer already has is sent again; the summary vectors' own bytes are not modelled.
 With forwarding on, a device also keeps the parts named in ``forwarding.parts`` that it received
 (the prototypes, by default) and passes them on to devices it meets later, up to ``hop_limit``
 links from their owner and ``buffer_items`` carried items (the oldest are evicted first).
+
+A run can stop at an evaluation and continue later from ``state_dict``, bit-identical: every
+process records what it waits on (``engine.contact_checkpoint``).
 """
 
 from __future__ import annotations
