@@ -226,6 +226,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
                              eval_every_s=sc.evaluation.every_s or duration / 20,
                              send_policy=a.send_policy, max_age_s=a.max_age_s, loss_rate=c.loss_rate,
                              batch_window_s=a.batch_window_s)
+    _check_windows(loaded, schedule, checkpointing)   # before anything is opened
     forwarding = Forwarding(hop_limit=fw.hop_limit if fw.enabled else 1, parts=tuple(fw.parts),
                             buffer_items=fw.buffer_items)
     offline = []
@@ -247,7 +248,6 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=on_time, batched=sc.engine.batched_training,
                                   precision=sc.engine.precision, energy=meter)
-    _check_windows(loaded, schedule, checkpointing)
     mark = fingerprint(loaded)
     total = sim.evaluations
     try:
