@@ -293,9 +293,7 @@ class OpportunisticSimulation:
     def _interval(self) -> int:
         """The evaluation interval (0-based) traffic is counted in: rounds.csv rows are cumulative
         through the interval that ends with their evaluation."""
-        every, end = self.schedule.eval_every_s, self.schedule.duration_s
-        last = max(int(np.ceil(end / every - 1e-9)) - 1, 0)
-        return min(int(self.env.now // every), last)
+        return min(int(self.env.now // self.schedule.eval_every_s), max(self.evaluations - 1, 0))
 
     @property
     def evaluations(self) -> int:
@@ -327,6 +325,10 @@ class OpportunisticSimulation:
                 return
             t += every
 
+    def _wake_at(self, t: float, wake: simpy.Event | None) -> simpy.Event:
+        """``wake`` (a restored run's pending timeout) or a new timeout at ``t`` (now if past)."""
+        return wake if wake is not None else self.env.timeout(max(t - self.env.now, 0.0))
+
     # -- churn -------------------------------------------------------------------------------
     def _churn(self, i: int, spans: list[tuple[float, float]], first: int = 0, back: bool = False,
                wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
@@ -335,13 +337,13 @@ class OpportunisticSimulation:
         for k in range(first, len(spans)):
             off_from, off_until = spans[k]
             if not (back and k == first):
-                self.waits.churn[i] = (k, False, wake or self.env.timeout(max(off_from - self.env.now, 0.0)))
+                self.waits.churn[i] = (k, False, self._wake_at(off_from, wake))
                 wake = None
                 yield self.waits.churn[i][2]
                 self.state[i].online = False
                 self._pulse(self.went_offline, i)
                 self._pulse(self.switched, i)
-            self.waits.churn[i] = (k, True, wake or self.env.timeout(max(off_until - self.env.now, 0.0)))
+            self.waits.churn[i] = (k, True, self._wake_at(off_until, wake))
             wake = None
             yield self.waits.churn[i][2]
             self.state[i].online = True
@@ -370,7 +372,7 @@ class OpportunisticSimulation:
         """Every battery full again on the schedule; stopped devices run again."""
         assert self.energy is not None
         while self.energy.next_recharge is not None and self.energy.next_recharge < self.schedule.duration_s:
-            self.waits.recharge = wake or self.env.timeout(max(self.energy.next_recharge - self.env.now, 0.0))
+            self.waits.recharge = self._wake_at(self.energy.next_recharge, wake)
             wake = None
             yield self.waits.recharge
             for i in self.energy.recharge_due(float(self.env.now)):
