@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from p2pfed.engine.contacts import ContactPlan, random_waypoint_contacts
+from p2pfed.network.contacts import ContactPlan, random_waypoint_contacts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_contacts_scale import SHIPPED, reference_contacts  # noqa: E402

@@ -7,7 +7,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from p2pfed.engine.contacts import (ContactError, ContactPlan, make_contact, map_nodes, poisson_contacts,
+from p2pfed.network.contacts import (ContactError, ContactPlan, make_contact, map_nodes, poisson_contacts,
                                     random_waypoint_contacts, read_trace, static_contacts,
                                     waypoint_positions)
 

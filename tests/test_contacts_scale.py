@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from p2pfed.engine.contacts import ContactPlan, make_contact, random_waypoint_contacts, waypoint_positions
-from p2pfed.engine.contacts.mobility import in_range_pairs, positions_over_time, sample_times, waypoint_legs
+from p2pfed.network.contacts import ContactPlan, make_contact, random_waypoint_contacts, waypoint_positions
+from p2pfed.network.contacts.mobility import in_range_pairs, positions_over_time, sample_times, waypoint_legs
 
 # ------------------------------------------------------------------ the reference (old code, verbatim)
 

@@ -11,7 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received
 from p2pfed.cli.main import main
-from p2pfed.engine.contacts import ContactPlan, make_contact
+from p2pfed.network.contacts import ContactPlan, make_contact
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.data.dataset import FederatedDataset

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received
-from p2pfed.engine.contacts import ContactPlan, make_contact
-from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
+from p2pfed.network.contacts import ContactPlan, make_contact
+from p2pfed.device.exchange import Forwarding
+from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.results.recorder import Recorder
 from tests.hand_driven import stub_context
 

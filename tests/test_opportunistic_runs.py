@@ -54,7 +54,7 @@ def test_each_contact_source_runs_from_a_scenario(repo_root, tmp_path, kind):
 
 
 def test_algorithms_see_their_current_neighbours(repo_root):
-    from p2pfed.engine.contacts import ContactPlan, make_contact
+    from p2pfed.network.contacts import ContactPlan, make_contact
     from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
     from p2pfed.results.recorder import Recorder
     from p2pfed.scenario.build import load_scenario_dataset

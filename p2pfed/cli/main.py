@@ -212,7 +212,7 @@ def cmd_peer(args: argparse.Namespace) -> int:
 def _timing(args: argparse.Namespace):
     from p2pfed.peer.config import PeerTiming
 
-    return PeerTiming(args.start_timeout, args.round_timeout, args.round_period)
+    return PeerTiming(args.start_timeout, args.round_timeout, args.round_period, args.speedup)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -233,7 +233,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     where = "an emulated LAN (one namespace per peer)" if emulated else "127.0.0.1"
-    print(f"launching {loaded.source}: {sc.algorithm.name}, {sc.rounds} rounds, peers on {where}, "
+    print(f"launching {loaded.source}: {sc.algorithm.name}, {_length(sc)}, peers on {where}, "
           f"{'PLAINTEXT' if args.insecure else 'CURVE'}", file=sys.stderr)
     try:
         if emulated:
@@ -262,9 +262,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from p2pfed.scenario.build import load_scenario_dataset
 
     loaded = _load(args)
+    if loaded.scenario.contacts.kind != "none" and args.start_at is None:
+        print(f"p2pfed: plan: {loaded.source}: contacts: every host must count simulated time from one instant; "
+              "give --start-at UNIX_TIME (clocks synchronised, e.g. by NTP)", file=sys.stderr)
+        return 2
     _check_outputs(Path(args.out))
     endpoints = read_hosts(Path(args.hosts), len(load_scenario_dataset(loaded).devices))
-    configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args))
+    configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args),
+                           start_time=args.start_at)
     print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "
           f"copy each to its host and run its start.sh; then copy each results/ back and run "
           f"p2pfed merge {args.out}")
@@ -344,9 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a round lasts at least this long on the wall clock (default 0: no pacing)")
     p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
                    help="seconds before unfinished peers are killed")
+    p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
+                   help="over contacts: simulated seconds per wall-clock second (links X times faster, "
+                        "latencies X times shorter)")
     p.add_argument("--network", choices=["loopback", "emulated"], default="loopback",
                    help="loopback: every peer on 127.0.0.1 (default); emulated: every peer its own host in a "
-                        "network namespace, the topology's links with their latency and bandwidth (needs root)")
+                        "network namespace, the topology's links with their latency and bandwidth, or over "
+                        "contacts links up only during contacts (needs root)")
     p.add_argument("--loss", type=PROBABILITY, default=0.0, help="emulated: each packet lost with this probability")
     p.add_argument("--jitter", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
                    help="emulated: each packet's latency varies uniformly by up to this much (order kept)")
@@ -365,6 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
     p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
                    help="a round lasts at least this long on the wall clock (default 0: no pacing)")
+    p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
+                   help="over contacts: simulated seconds per wall-clock second (links X times faster, "
+                        "latencies X times shorter)")
+    p.add_argument("--start-at", type=POSITIVE_SECONDS, metavar="UNIX_TIME",
+                   help="over contacts: the unix time of simulated time 0 on every host (clocks synchronised, "
+                        "e.g. by NTP; default: each peer's own start)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")

@@ -24,7 +24,9 @@ whatever the wall-clock skew between peers. Under the same rule a repeat of a ro
 received from that sender (a restarted peer sending its round again) is refused as ``repeat``,
 so an artifact is never fused twice. Under that rule too, a neighbour's resend request (kind
 ``peer/resend``, sent by a peer restarted from its checkpoint) that passed checks 1–3 is returned as
-``ResendRequest`` for the runtime to answer; it never reaches the algorithm.
+``ResendRequest`` for the runtime to answer; it never reaches the algorithm. Likewise a real
+peer's contact-protocol message (``control_kinds``: a summary vector, an acknowledgement) is
+returned as ``Control`` once it passed checks 1–3.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class IntakeRules:
     contain_errors: bool = False         # an unexpected error in a check drops instead of raising
     hold_later_rounds: bool = False      # synchronous real peers: hold later rounds, refuse repeats,
                                          # pass resend requests up (above)
+    control_kinds: frozenset[str] = frozenset()   # real peers over contacts: returned as ``Control``
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,16 @@ class ResendRequest:
 
     sender: int
     from_round: int
+
+
+@dataclass(frozen=True)
+class Control:
+    """A contact-protocol message (``IntakeRules.control_kinds``) that passed checks 1–3, for the
+    runtime to answer (its ``meta`` is the runtime's to check)."""
+
+    sender: int
+    kind: str
+    meta: dict[str, Any]
 
 
 class Refused(Exception):
@@ -107,15 +120,16 @@ class Intake:
 
     def take(self, data: bytes, *, link: int | None, now: float, round: int,
              decoded: Message | None = None, memo: dict[Any, Any] | None = None, arrival: bool = True
-             ) -> Received | Held | ResendRequest | None:
+             ) -> Received | Held | ResendRequest | Control | None:
         """Check ``data`` that came over the link from peer ``link`` (None: unauthenticated, the
         claimed sender is the best attribution there is) and cache it; ``round``: the receiver's
         current round (or evaluation interval), the one a drop is counted in. ``decoded``: ``data``
         already decoded by the codec (a broadcast decoded once for all its receivers, read-only),
         with ``memo`` the work methods derive from it, shared the same way (``Payload.memo``);
         the other checks still run here. Returns the cached item, ``Held`` for a later round's
-        message or ``ResendRequest`` (see ``hold_later_rounds``), None if dropped. ``arrival``:
-        ``data`` just arrived (False: a held frame taken in later, its delivery time already counted)."""
+        message, ``ResendRequest`` (see ``hold_later_rounds``) or ``Control`` (``control_kinds``),
+        None if dropped. ``arrival``: ``data`` just arrived (False: a held frame taken in later, its
+        delivery time already counted)."""
         who = link
         try:
             if who is not None and who in self.ignored:
@@ -132,6 +146,8 @@ class Intake:
                 raise Refused("identity", f"claims to be peer {msg.sender} but came from peer {who}")
             if self.is_neighbour is not None and not self.is_neighbour(msg.sender):
                 raise Refused("identity", f"claims to be peer {msg.sender}, not a neighbour")
+            if msg.kind in self.rules.control_kinds:
+                return Control(msg.sender, msg.kind, dict(msg.meta))
             if arrival and RELAY_KEY not in msg.meta:   # a carried copy's sent_at is its origin's
                 self.recorder.arrived(now - msg.sent_at, msg.sender, self.device)
             if self.rules.hold_later_rounds and msg.kind == RESEND_KIND:

@@ -8,6 +8,8 @@ with the origin's round and ``sent_at``, so its age is the age of the artifact, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from torch import nn
@@ -20,6 +22,9 @@ from p2pfed.transport.codec import encoded_size
 from p2pfed.transport.precision import reduce_precision
 
 RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
+HAVE_KIND = "contact/have"    # a real peer's summary vector, sent when a contact opens
+ACK_KIND = "contact/ack"      # a real peer took a transfer in whole (its sender may send the next)
+CONTROL_KINDS = frozenset({HAVE_KIND, ACK_KIND})
 
 
 def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
@@ -40,6 +45,13 @@ def encode_resend_request(sender: int, from_round: int, sent_at: float, max_byte
     neighbours had no way to know. Only real peers send and answer this (no payload)."""
     return encode(Message(kind=RESEND_KIND, sender=sender, round=from_round, sent_at=sent_at, meta={},
                           tensors={}), max_bytes=max_bytes)
+
+
+def encode_control(kind: str, sender: int, sent_at: float, meta: dict[str, Any], max_bytes: int) -> bytes:
+    """A contact-protocol message of real peers (``CONTROL_KINDS``; no tensors): the runtime
+    answers it, the algorithm never sees it. The simulator models neither its bytes nor its time."""
+    return encode(Message(kind=kind, sender=sender, round=0, sent_at=sent_at, meta=meta, tensors={}),
+                  max_bytes=max_bytes)
 
 
 def full_model_bytes(model: nn.Module, precision: str = "float32") -> int:

@@ -34,7 +34,8 @@ from p2pfed.engine.delivery import Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
 
 if TYPE_CHECKING:
-    from p2pfed.engine.opportunistic import Offer, OpportunisticSimulation
+    from p2pfed.device.exchange import Offer
+    from p2pfed.engine.opportunistic import OpportunisticSimulation
 
 Pending = list[float | int]   # [time, SimPy's creation id] of a scheduled event
 
@@ -138,7 +139,7 @@ def _outgoing_state(o: Outgoing) -> dict[str, Any]:
 def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> None:
     """Continue a run saved by ``contact_run_state`` on a simulation built from the same
     scenario and not started: state back in place, every process in the wait it was in."""
-    from p2pfed.engine.opportunistic import Carried
+    from p2pfed.device.exchange import Carried
 
     now = float(state["time"])
     sim.env = env = simpy.Environment(initial_time=now)
@@ -223,7 +224,7 @@ def _timeout_at(env: simpy.Environment, t: float) -> simpy.Event:
 
 
 def _offer_from_state(o: dict[str, Any]) -> Offer:
-    from p2pfed.engine.opportunistic import Offer   # the runtime imports this module
+    from p2pfed.device.exchange import Offer
 
     return Offer(int(o["origin"]), str(o["part"]), int(o["round"]), float(o["sent_at"]),
                       Frame(o["frame"].numpy().tobytes()), None if o["to"] < 0 else int(o["to"]))

@@ -23,39 +23,13 @@ Three things keep the cost of a message flat in the number of devices and receiv
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device import Intake, IntakeRules
+from p2pfed.device.exchange import Frame as Frame   # re-exported: the runtime's frames
 from p2pfed.results.recorder import Recorder
-from p2pfed.transport import CodecError, Message, decode
 from p2pfed.transport.inproc import RoutedInprocNetwork
-
-
-@dataclass(eq=False)
-class Frame:
-    """One encoded message, shared by every link it travels on. ``message`` decodes it the first
-    time a receiver asks (read-only arrays, views into ``data``); a frame that does not decode
-    is refused by each receiver's own intake."""
-
-    data: bytes
-    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
-    _decoded: Message | None = field(default=None, repr=False)
-    _tried: bool = field(default=False, repr=False)
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def message(self, max_bytes: int) -> Message | None:
-        if not self._tried:
-            self._tried = True
-            try:
-                self._decoded = decode(self.data, max_bytes=max_bytes)
-            except CodecError:
-                self._decoded = None
-        return self._decoded
 
 
 class Delivery:

@@ -24,23 +24,22 @@ process records what it waits on (``engine.contact_checkpoint``).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 import simpy
 
 from p2pfed.algorithms import Algorithm, Received
-from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, encode_share, evaluate_together,
+from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, evaluate_together,
                            finish_together, start_together)
+from p2pfed.device.exchange import (SEND_POLICIES, Forwarding, Frame, Holdings, Offer, encode_carried,
+                                    keep_to_carry, mark_received, next_offer)
 from p2pfed.engine.contact_checkpoint import Wait, Waits, contact_run_state, restore_contact_run
-from p2pfed.engine.contacts import Contact, ContactPlan
-from p2pfed.engine.delivery import Delivery, Frame
+from p2pfed.network.contacts import Contact, ContactPlan
+from p2pfed.engine.delivery import Delivery
 from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
-
-SEND_POLICIES = ("smallest-first", "largest-first", "whole")
-
 
 @dataclass(frozen=True)
 class AsyncSchedule:
@@ -54,46 +53,9 @@ class AsyncSchedule:
     batch_window_s: float = 0.0        # > 0: steps started in one window finish together at its end
 
 
-@dataclass(frozen=True)
-class Forwarding:
-    hop_limit: int = 1                 # 1: no store-carry-forward
-    parts: tuple[str, ...] = ("prototypes",)
-    buffer_items: int = 64
-
-
 @dataclass
-class Offer:
-    """One message a device can send in a contact: its own part or a carried one."""
-
-    origin: int
-    part: str
-    round: int
-    sent_at: float
-    frame: Frame                       # encoded once, decoded once for all who receive it
-    to: int | None = None              # the one peer this part is addressed to (None: any)
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return self.origin, self.part
-
-    @property
-    def version(self) -> tuple[int, float]:
-        return self.round, self.sent_at
-
-
-@dataclass
-class Carried:
-    item: Received
-    part: str
-    frame: Frame | None = None         # encoded lazily, once per carrier
-
-
-@dataclass
-class DeviceState:
+class DeviceState(Holdings):
     online: bool = True
-    own: list[Offer] = field(default_factory=list)
-    carried: dict[tuple[int, str], Carried] = field(default_factory=dict)
-    have: dict[tuple[int, str], tuple[int, float]] = field(default_factory=dict)
     offline_s: float = 0.0
 
 
@@ -409,33 +371,12 @@ class OpportunisticSimulation:
         end.callbacks.append(ended)
 
     def _next_offer(self, src: int, dst: int) -> Offer | None:
-        """What ``src`` sends ``dst`` next (the first in send-policy order), None if nothing."""
-        st, have, now = self.state[src], self.state[dst].have, float(self.env.now)
-        ttl = self.schedule.max_age_s
-        carried = [self._carried_offer(src, c) for c in self._live_carried(src)] if st.carried else []
-        offers = [o for o in (*st.own, *carried) if o.origin != dst and (o.to is None or o.to == dst)
-                  and have.get(o.key, (-1, -1.0)) < o.version
-                  and (ttl is None or now - o.sent_at <= ttl)]
-        if not offers:
-            return None
-        sign = -1 if self.schedule.send_policy == "largest-first" else 1
-        return min(offers, key=lambda o: (sign * o.frame.size, o.origin != src, o.origin, o.part))
-
-    def _live_carried(self, src: int) -> list[Carried]:
-        """Carried items, after dropping those past the TTL (they free buffer room)."""
-        carried, ttl, now = self.state[src].carried, self.schedule.max_age_s, float(self.env.now)
-        if ttl is not None:
-            for key in [k for k, c in carried.items() if now - c.item.sent_at > ttl]:
-                del carried[key]
-        return list(carried.values())
-
-    def _carried_offer(self, src: int, c: Carried) -> Offer:
-        if c.frame is None:
-            c.frame = Frame(encode_share(self.algorithms[src].kind(), src, c.item.round,
-                                         c.item.sent_at, c.item.payload, self.max_message_bytes,
-                                         relay={"origin": c.item.sender, "hops": c.item.hops + 1},
-                                         precision=self.precision))
-        return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
+        """What ``src`` sends ``dst`` next (``device.exchange.next_offer``: ``dst``'s summary
+        vector read directly)."""
+        return next_offer(self.state[src], src, dst, self.state[dst].have, float(self.env.now),
+                          ttl=self.schedule.max_age_s, policy=self.schedule.send_policy,
+                          carried_offer=lambda c: encode_carried(c, self.algorithms[src].kind(), src,
+                                                                 self.max_message_bytes, self.precision))
 
     def _session(self, src: int, dst: int, index: int, end: simpy.Event,
                  resume: Wait | None = None) -> Generator[simpy.Event, Any, None]:
@@ -491,8 +432,7 @@ class OpportunisticSimulation:
         interval = self._interval()
         self.recorder.sent(src, size, interval)
         self.recorder.transfer_completed(src)
-        have = self.state[dst].have   # even if lost or refused: not offered again
-        have[offer.key] = max(have.get(offer.key, offer.version), offer.version)
+        mark_received(self.state[dst].have, offer)
         if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
             self.recorder.lost(src, dst, size, interval)
             return
@@ -501,20 +441,9 @@ class OpportunisticSimulation:
             self._carry(dst, item)
 
     def _carry(self, i: int, item: Received) -> None:
-        """Keep a received part to pass on, if forwarding covers it and hops are left."""
-        part = item.payload.meta.get("part", "whole")
-        fw = self.forwarding
-        if fw.hop_limit <= item.hops or part not in fw.parts or "to" in item.payload.meta:
-            return   # a part addressed to this device is for it alone
-        carried = self.state[i].carried
-        old = carried.get((item.sender, part))
-        if old is not None and (old.item.round, old.item.sent_at) >= (item.round, item.sent_at):
-            return
-        carried[item.sender, part] = Carried(item, part)
-        while len(carried) > fw.buffer_items:
-            oldest = min(carried, key=lambda k: (carried[k].item.sent_at, k))
-            del carried[oldest]
-        self._pulse(self.news, i)
+        """Keep a received part to pass on (``device.exchange.keep_to_carry``)."""
+        if keep_to_carry(self.state[i], item, self.forwarding):
+            self._pulse(self.news, i)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> float:

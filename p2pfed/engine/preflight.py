@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from p2pfed.engine.contacts.build import trace_contacts
-from p2pfed.engine.contacts.plan import ContactError
-from p2pfed.engine.contacts.traces import read_trace
+from p2pfed.scenario.contacts import trace_contacts
+from p2pfed.network.contacts.plan import ContactError
+from p2pfed.network.contacts.traces import read_trace
 from p2pfed.network.topology import TopologyError, read_topology_file, require_connected
 from p2pfed.scenario.budget import device_count, memory_problems
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError

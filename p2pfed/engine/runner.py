@@ -19,9 +19,10 @@ from tqdm import tqdm
 from p2pfed.algorithms import Algorithm
 from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.engine.churn import churn_intervals
-from p2pfed.engine.contacts import ContactPlan, build_contact_plan
+from p2pfed.network.contacts import ContactPlan
 from p2pfed.results.energy import EnergyMeter
-from p2pfed.engine.opportunistic import AsyncSchedule, Forwarding, OpportunisticSimulation
+from p2pfed.device.exchange import Forwarding
+from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.engine.offload import make_offload
@@ -30,11 +31,12 @@ from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.summary import adversaries_summary, build_summary
+from p2pfed.scenario.contacts import scenario_contacts
 from p2pfed.scenario.build import (adversary_map, build_algorithms, build_class_schedule, build_graph,
                                   load_scenario_dataset)
 from p2pfed.scenario.devices import build_energy_plan
 from p2pfed.scenario.loader import LoadedScenario, dump, fingerprint
-from p2pfed.scenario.randomness import int_seed, stream
+from p2pfed.scenario.randomness import stream
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
 
 if TYPE_CHECKING:
@@ -219,8 +221,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
-    plan, duration = build_contact_plan(c, n, seed=int_seed(sc.seed, "contacts"), graph=graph,
-                                        file=loaded.resolve(c.file))
+    plan, duration = scenario_contacts(loaded, n, graph)
     schedule = AsyncSchedule(duration_s=duration, train_period_s=a.train_period_s,
                              train_jitter_s=a.train_jitter_s,
                              eval_every_s=sc.evaluation.every_s or duration / 20,

@@ -79,8 +79,11 @@ class EmulatedLan:
     process ids and namespace ids, written as soon as they exist, so a test can check that they
     are gone)."""
 
-    def __init__(self, hosts: int, links: Mapping[tuple[int, int], LinkModel], folder: Path, *, seed: int = 0):
+    def __init__(self, hosts: int, links: Mapping[tuple[int, int], LinkModel], folder: Path, *, seed: int = 0,
+                 origin: float | None = None):
+        """``origin``: the unix time the links' contact windows count from (None: now)."""
         self.hosts, self.links, self.folder, self.seed = hosts, dict(links), folder, seed
+        self.origin = origin
         self.addresses = [host_address(i) for i in range(hosts)]
         self.holders: list[subprocess.Popen] = []
         self.peer_pids: list[int] = []            # the holders of the hosts' namespaces, by host
@@ -141,6 +144,7 @@ class EmulatedLan:
         ready = self.folder / "linkemu.ready"
         self.control = self.folder / "linkemu-control.json"
         config = {"tun": "tun0", "seed": self.seed, "ready": str(ready), "control": str(self.control),
+                  "origin": time.time() if self.origin is None else self.origin,
                   "stats": str(self.folder / "network.json"),
                   "links": [[self.addresses[a], self.addresses[b], vars(m)]
                             for (a, b), m in sorted(self.links.items())]}

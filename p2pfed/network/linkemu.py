@@ -10,6 +10,10 @@ optional jitter, never reordering) later; with ``loss`` each packet is dropped w
 probability, and a link's queue holds at most ``queue_packets`` (netem's default 1000) before it
 drops the newest. The peers' TCP stacks, ZeroMQ and CURVE are real; only the wire is modelled.
 
+A link with contact windows (``LinkModel.up``: a scenario's contacts replayed in wall-clock time)
+carries packets only within them, counted from the config's ``origin`` (a unix time); outside
+them it drops every packet, as a cut link does.
+
 Run as ``python -m p2pfed.network.linkemu CONFIG.json`` inside the hub namespace; SIGUSR1 re-reads
 the config's ``control`` file (``{"blocked": [[src, dst], ...]}``: links cut until the next
 SIGUSR1, a partition); SIGTERM writes the per-link counters to the config's ``stats`` file and exits.
@@ -17,8 +21,10 @@ SIGUSR1, a partition); SIGTERM writes the per-link counters to the config's ``st
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import heapq
+import math
 import json
 import os
 import random
@@ -44,6 +50,14 @@ class LinkModel:
     bandwidth_bps: float
     loss: float = 0.0
     jitter_s: float = 0.0
+    up: tuple[tuple[float, float], ...] = ()   # contacts: [start, end) seconds after the origin (none: always up)
+
+    def is_up(self, t: float) -> bool:
+        """Whether the link carries packets ``t`` seconds after the emulator's origin."""
+        if not self.up:
+            return True
+        k = bisect.bisect_right(self.up, (t, math.inf)) - 1
+        return k >= 0 and self.up[k][0] <= t < self.up[k][1]
 
 
 @dataclass
@@ -54,7 +68,7 @@ class LinkCounters:
     bytes: int = 0
     lost: int = 0
     queue_full: int = 0
-    down: int = 0           # dropped while the link was cut (a partition)
+    down: int = 0           # dropped while the link was cut (a partition) or out of contact
 
 
 @dataclass
@@ -70,6 +84,7 @@ class LinkScheduler:
     counters: dict[tuple[str, str], LinkCounters] = field(default_factory=dict)
     blocked: set[tuple[str, str]] = field(default_factory=set)    # links cut for now
     unlinked: int = 0
+    origin: float = 0.0      # the clock reading that contact windows count from
 
     def admit(self, src: str, dst: str, size: int, now: float) -> float | None:
         """The time the packet is handed to ``dst``, or None when it is dropped."""
@@ -79,7 +94,7 @@ class LinkScheduler:
             self.unlinked += 1       # two hosts the topology does not join
             return None
         count = self.counters.setdefault(key, LinkCounters())
-        if key in self.blocked:
+        if key in self.blocked or not link.is_up(now - self.origin):
             count.down += 1
             return None
         waiting = self.backlog.setdefault(key, [])
@@ -123,8 +138,10 @@ def open_tun(name: str) -> int:
 
 def serve(config: dict[str, Any]) -> None:
     """Forward packets between the TUN device's reads and writes until SIGTERM."""
-    links = {(a, b): LinkModel(**m) for a, b, m in config["links"]}
-    scheduler = LinkScheduler(links, random.Random(config.get("seed", 0)))
+    links = {(a, b): LinkModel(**{**m, "up": tuple(map(tuple, m.get("up", ())))}) for a, b, m in config["links"]}
+    # contact windows count from the unix time ``origin``, read here on the monotonic clock
+    origin = time.monotonic() + config.get("origin", time.time()) - time.time()
+    scheduler = LinkScheduler(links, random.Random(config.get("seed", 0)), origin=origin)
     fd = open_tun(config["tun"])
     stop = reload = False
 

@@ -32,7 +32,8 @@ import yaml
 from p2pfed.peer.config import PeerTiming, tcp_endpoint
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import is_plugin_name
-from p2pfed.scenario.build import build_graph, load_scenario_dataset
+from p2pfed.scenario.build import load_scenario_dataset
+from p2pfed.scenario.contacts import peer_neighbours
 from p2pfed.scenario.loader import FILE_FIELDS, LoadedScenario, ScenarioError, dump, launch_problems, load_scenario
 from p2pfed.textfile import read_text
 
@@ -86,8 +87,9 @@ def read_hosts(path: Path, devices: int) -> list[str]:
 
 
 def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, insecure: bool = False,
-                 timing: PeerTiming = PeerTiming()) -> list[Path]:
-    """One folder per device (see the module's docstring); returns their peer files."""
+                 timing: PeerTiming = PeerTiming(), start_time: float | None = None) -> list[Path]:
+    """One folder per device (see the module's docstring); returns their peer files.
+    ``start_time``: the unix time every peer counts from (over contacts, simulated time 0)."""
     if problems := launch_problems(loaded):
         raise ScenarioError(problems)
     sc = loaded.scenario
@@ -99,23 +101,24 @@ def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, ins
     n = len(load_scenario_dataset(loaded).devices)
     if len(endpoints) != n:
         raise ScenarioError([f"{loaded.source}: the scenario has {n} devices, the hosts {len(endpoints)}"])
-    graph = build_graph(loaded, n)
+    neighbours, edges = peer_neighbours(loaded, n)
     scenario = dump(loaded)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp)
         if not insecure:
             make_keys(keys, [f"peer-{i}" for i in range(n)])
-        configs = [_peer_folder(out / f"peer-{i}", i, sorted(graph.neighbors(i)), endpoints, keys, loaded,
-                                scenario, insecure=insecure, timing=timing) for i in range(n)]
-    plan = {"scenario": loaded.source, "secure": not insecure, "edges": graph.number_of_edges(),
+        configs = [_peer_folder(out / f"peer-{i}", i, neighbours[i], endpoints, keys, loaded,
+                                scenario, insecure=insecure, timing=timing, start_time=start_time) for i in range(n)]
+    plan = {"scenario": loaded.source, "secure": not insecure, "edges": edges,
             "peers": [{"id": i, "endpoint": endpoints[i], "folder": f"peer-{i}"} for i in range(n)]}
     (out / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
     return configs
 
 
 def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[str], keys: Path,
-                 loaded: LoadedScenario, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming) -> Path:
+                 loaded: LoadedScenario, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming,
+                 start_time: float | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     own = json.loads(json.dumps(scenario))   # a copy whose file fields point into this folder
     for section, key in FILE_FIELDS:
@@ -128,7 +131,7 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
     config: dict[str, Any] = {
         "id": i, "scenario": "scenario.yaml", "listen": endpoints[i],
         "neighbours": [{"id": j, "endpoint": endpoints[j]} for j in neighbours],
-        "out": "results", **timing.fields()}
+        "out": "results", **timing.fields(), **({} if start_time is None else {"start_time": start_time})}
     if not insecure:
         (folder / "keys").mkdir(exist_ok=True)
         for j in [i, *neighbours]:

@@ -43,6 +43,7 @@ class PeerTiming:
     start_timeout_s: float = 120.0
     round_timeout_s: float = 30.0
     round_period_s: float = 0.0
+    speedup: float = 1.0
 
     def fields(self) -> dict[str, float]:
         return asdict(self)
@@ -78,7 +79,9 @@ class PeerConfig(_Section):
     round_timeout_s: float = Field(30.0, gt=0, description="later rounds: wait for neighbours' artifacts")
     round_period_s: float = Field(0.0, ge=0, description="wall-clock length of a round at least (0: no pacing)")
     max_bad_messages: int = Field(20, ge=1, description="bad messages tolerated per peer before ignoring it")
-    start_time: float | None = Field(None, description="unix time that elapsed times count from")
+    start_time: float | None = Field(None, description="unix time that elapsed times count from (over "
+                                                       "contacts: when simulated time 0 is, the same on every peer)")
+    speedup: float = Field(1.0, gt=0, description="over contacts: simulated seconds per wall-clock second")
 
     @field_validator("listen")
     @classmethod

@@ -3,7 +3,10 @@
 Each device becomes a host of ``p2pfed.network.lan`` with its own address; ``p2pfed plan`` writes
 the bundle for those addresses (``OUT/bundle/``), every peer runs its folder's ``start.sh``
 unchanged in its host's namespace, and the scenario's topology becomes the links, each with its
-``latency_s`` and ``bandwidth_bps`` (optionally loss and jitter). What is tested here is what a
+``latency_s`` and ``bandwidth_bps`` (optionally loss and jitter); over contacts, every pair that
+meets becomes a link that carries packets only during its contacts, replayed in wall-clock time
+from the peers' shared start (``--speedup``: simulated seconds per wall second, the links that
+much faster). What is tested here is what a
 user copies to real machines. The results are merged as ``p2pfed merge`` does, with the
 emulator's per-link counters in ``summary.json`` ``runtime.network``.
 """
@@ -21,19 +24,38 @@ from p2pfed.network.lan import EmulatedLan, host_address
 from p2pfed.network.linkemu import LinkModel
 from p2pfed.peer.bundle import DEFAULT_PORT, merge_bundle, write_bundle
 from p2pfed.peer.config import PeerTiming
+from p2pfed.peer.contacts import contact_start_time
 from p2pfed.peer.faults import FaultDriver, Faults
 from p2pfed.peer.launcher import peer_environment, wait_all
 from p2pfed.scenario.build import build_graph, load_scenario_dataset
+from p2pfed.scenario.contacts import scenario_contacts
 from p2pfed.scenario.loader import LoadedScenario
 
+OPEN_EARLY_S = 0.05   # wall seconds a contact's link opens before the peers' clocks say it starts
 
-def link_models(loaded: LoadedScenario, n: int, *, loss: float = 0.0, jitter_s: float = 0.0
-                ) -> dict[tuple[int, int], LinkModel]:
-    """Both directions of every topology edge, with the edge's figures (as the simulator's)."""
+
+def link_models(loaded: LoadedScenario, n: int, *, loss: float = 0.0, jitter_s: float = 0.0,
+                speedup: float = 1.0) -> dict[tuple[int, int], LinkModel]:
+    """Both directions of every topology edge, with the edge's figures (as the simulator's); over
+    contacts, of every pair that meets, up only during its contacts, in wall-clock seconds after
+    the shared start (simulated time / ``speedup``, the links ``speedup`` times faster)."""
     links = {}
-    for a, b, edge in build_graph(loaded, n).edges(data=True):
-        model = LinkModel(edge["latency_s"], edge["bandwidth_bps"], loss, jitter_s)
-        links[a, b] = links[b, a] = model
+    if loaded.scenario.contacts.kind in ("none", "static"):
+        for a, b, edge in build_graph(loaded, n).edges(data=True):
+            model = LinkModel(edge["latency_s"] / speedup, edge["bandwidth_bps"] * speedup, loss, jitter_s)
+            links[a, b] = links[b, a] = model
+        return links
+    plan, duration = scenario_contacts(loaded, n)
+    windows: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    figures = {}
+    for c in plan.contacts:
+        if c.start < duration:   # opened a moment early: a peer's first packet never meets a closed link
+            windows.setdefault((c.a, c.b), []).append((max(c.start / speedup - OPEN_EARLY_S, 0.0),
+                                                       min(c.end, duration) / speedup))
+            figures[c.a, c.b] = (c.latency_s, c.bandwidth_bps)
+    for (a, b), up in windows.items():
+        latency, bandwidth = figures[a, b]
+        links[a, b] = links[b, a] = LinkModel(latency / speedup, bandwidth * speedup, loss, jitter_s, tuple(up))
     return links
 
 
@@ -46,15 +68,17 @@ def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: 
     started = time.perf_counter()
     faults = faults or Faults()
     n = len(load_scenario_dataset(loaded).devices)
-    links = faults.shape(link_models(loaded, n, loss=loss, jitter_s=jitter_s), faults_source)
+    links = faults.shape(link_models(loaded, n, loss=loss, jitter_s=jitter_s, speedup=timing.speedup), faults_source)
     bundle = out / "bundle"
     endpoints = [f"tcp://{host_address(i)}:{DEFAULT_PORT}" for i in range(n)]
-    write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing)
+    contacts = loaded.scenario.contacts.kind != "none"
+    start_time = contact_start_time(n) if contacts else None
+    write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing, start_time=start_time)
     env = peer_environment()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the venv's p2pfed
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        with EmulatedLan(n, links, out / "network", seed=loaded.scenario.seed) as lan:
+        with EmulatedLan(n, links, out / "network", seed=loaded.scenario.seed, origin=start_time) as lan:
             procs = []
             for i in range(n):
                 folder = bundle / f"peer-{i}"

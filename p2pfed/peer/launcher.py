@@ -22,11 +22,13 @@ from typing import Any
 import yaml
 
 from p2pfed.peer.config import PeerTiming
+from p2pfed.peer.contacts import contact_start_time
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import path_entries
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import round_float
-from p2pfed.scenario.build import build_graph, load_scenario_dataset
+from p2pfed.scenario.build import load_scenario_dataset
+from p2pfed.scenario.contacts import peer_neighbours
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems
 
 LOOPBACK = "127.0.0.1"
@@ -74,18 +76,18 @@ def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[
     if stale:
         raise ValueError(f"{out}: holds checkpoints of an earlier launch ({stale[0]}); peers would resume "
                          "from them — choose another --out or delete that folder")
-    graph = build_graph(loaded, n)
+    neighbour_lists, edges = peer_neighbours(loaded, n)
     ports = free_ports(n)
     endpoints = [f"tcp://{LOOPBACK}:{p}" for p in ports]
     keys_dir = out / "keys"
     if not insecure:
         make_keys(keys_dir, [f"peer-{i}" for i in range(n)])
-    start_time = time.time()
+    start_time = time.time() if sc.contacts.kind == "none" else contact_start_time(n)
     configs, out_dirs = [], []
     for i in range(n):
         d = out / "peers" / f"peer-{i}"
         d.mkdir(parents=True, exist_ok=True)
-        neighbours = [{"id": j, "endpoint": endpoints[j]} for j in sorted(graph.neighbors(i))]
+        neighbours = [{"id": j, "endpoint": endpoints[j]} for j in neighbour_lists[i]]
         if not insecure:
             for nb in neighbours:
                 nb["public_key"] = str((keys_dir / f"peer-{nb['id']}.key").resolve())
@@ -101,7 +103,7 @@ def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         configs.append(path)
         out_dirs.append(d)
-    return Plan(configs, out_dirs, start_time, graph.number_of_edges(), insecure)
+    return Plan(configs, out_dirs, start_time, edges, insecure)
 
 
 def peer_environment() -> dict[str, str]:

@@ -47,6 +47,15 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
     recorder = merge(peers)
     rows = recorder.rows
+    if any("contact_protocol" in p for p in peers):   # over contacts, as the simulator reports it
+        n = max(len(peers), 1)
+        extra.setdefault("rounds", sum(p["trainings"] for p in peers) / n)
+        extra.setdefault("asynchronous", {"trainings_per_device": sum(p["trainings"] for p in peers) / n,
+                                          "fusions_per_device": sum(p["fusions"] for p in peers) / n,
+                                          "mean_fused_age_s": recorder.mean_fused_age_s})
+        runtime = extra.setdefault("runtime", {})
+        runtime["contact_protocol"] = {k: sum(p["contact_protocol"][k] for p in peers)
+                                       for k in peers[0]["contact_protocol"]}
     end_s = rows[-1]["sim_time_s"] if rows else 0.0
     meter = merged_energy(loaded, peers, recorder, end_s)
     if meter is not None:

@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from p2pfed.algorithms import Received
-from p2pfed.device import (DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
+from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
                            full_model_bytes, load_checkpoint, save_checkpoint)
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.data import load_own_data
@@ -96,18 +96,7 @@ class Peer:
                                       sort_keys=True)
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
-        self.recorder = Recorder([cfg.id], time_origin=self.start_time)
-        self.loop = DeviceLoop(cfg.id, self.algo, self.recorder, clock=time.time,
-                               max_message_bytes=sc.engine.max_message_bytes,
-                               neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
-                               visible_classes=self.visible_classes,
-                               evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both,
-                               precision=sc.engine.precision)
-        self.intake = Intake(cfg.id, self.algo, self.recorder,
-                             IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
-                                         max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                         hold_later_rounds=True),
-                             is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
+        self.recorder, self.loop, self.intake = self._device(len(dataset.devices))
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
         self.timed_out: list[list[Any]] = []   # [round, the neighbours no longer waited for then]
@@ -119,6 +108,23 @@ class Peer:
         self.energy = self._energy_meter(where, len(dataset.devices))
         apply_torch_threads(sc.engine.torch_threads, batched=False)
         self._open_sockets(loaded_config)
+
+    def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
+        """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
+        cfg, sc = self.config, self.loaded.scenario
+        recorder = Recorder([cfg.id], time_origin=self.start_time)
+        loop = DeviceLoop(cfg.id, self.algo, recorder, clock=time.time,
+                          max_message_bytes=sc.engine.max_message_bytes,
+                          neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
+                          visible_classes=self.visible_classes,
+                          evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both,
+                          precision=sc.engine.precision)
+        intake = Intake(cfg.id, self.algo, recorder,
+                        IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
+                                    max_bad_messages=cfg.max_bad_messages, contain_errors=True,
+                                    hold_later_rounds=True),
+                        is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
+        return recorder, loop, intake
 
     def _energy_meter(self, where: object, num_devices: int) -> EnergyMeter | None:
         """The energy this peer would spend as the scenario's device (``devices``): its work
@@ -217,6 +223,7 @@ class Peer:
         if isinstance(item, ResendRequest):
             self._answer(item)
             return True
+        assert not isinstance(item, Control)   # only contact peers' intakes return these
         if isinstance(item, Received) and item.round < self.next_round:   # its fusion (round item.round + 1) is past
             self.recorder.late(self.config.id)
         self._heard(item)
@@ -406,7 +413,12 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     loaded = load_peer_config(config_path, insecure=insecure)
     if insecure:
         insecure_warning(f"peer {loaded.config.id}")
-    peer = Peer(loaded, insecure=insecure)
+    peer_class = Peer
+    cfg = loaded.config
+    if load_scenario(loaded.resolve(cfg.scenario), cfg.overrides, cfg.seed).scenario.contacts.kind != "none":
+        from p2pfed.peer.contacts import ContactPeer   # it builds on this module
+        peer_class = ContactPeer
+    peer = peer_class(loaded, insecure=insecure)
     # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:

@@ -31,7 +31,7 @@ EVALUATION_ROW_BYTES = 500  # one rounds.csv row held until the results are writ
 NUMPY_ARRAY_HEADER = 112   # sys.getsizeof of an empty numpy array
 # Random waypoint, per position sample: its time twice (float64) and the four arrays of pairs
 # that enter or leave range, kept until the contacts are assembled. Pairs in range come from a
-# k-d tree (engine/contacts/mobility.py), so nothing grows with devices x devices any more.
+# k-d tree (network/contacts/mobility.py), so nothing grows with devices x devices any more.
 WAYPOINT_STEP_BYTES = 2 * FLOAT64 + 4 * NUMPY_ARRAY_HEADER
 CONTACT_BYTES = 150         # one Contact record
 KMEANS_MIN_K = 2            # FedSub's K sweep starts at 2 clusters

@@ -317,9 +317,15 @@ def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> li
     if sc.engine.participation < 1:
         problems.append(f"{loaded.source}: engine.participation: real peers always take part "
                         f"(got {sc.engine.participation}); set it to 1")
-    if sc.contacts.kind != "none":
-        problems.append(f"{loaded.source}: contacts.kind: real peers run synchronous rounds over the "
-                        f"topology; contacts ({sc.contacts.kind!r}) are simulated only")
+    if sc.contacts.kind != "none":   # real peers over contacts: what the simulator alone models is refused
+        simulated_only = [("contacts.loss_rate", sc.contacts.loss_rate, "a lossy link is the network's "
+                           "(p2pfed launch --network emulated --loss)"),
+                          ("asynchronous.batch_window_s", sc.asynchronous.batch_window_s,
+                           "batching steps is the simulator's speed-up"),
+                          ("churn.mean_online_s", sc.churn.mean_online_s, "a real peer is off when its process is"),
+                          ("devices", sc.devices.opted_in(), "energy over contacts is simulated only")]
+        problems += [f"{loaded.source}: {field}: real peers over contacts run without it; {why}; remove it"
+                     for field, value, why in simulated_only if value]
     d = sc.devices
     for field, value in (("battery_j", d.battery_j), ("recharge_every_s", d.recharge_every_s)):
         if value is not None:

@@ -23,6 +23,7 @@ STREAMS = (
     "churn",            # devices going offline and back
     "participation",    # which devices take part in a synchronous round
     "device-clocks",    # when each device first trains under contacts, and its jitter
+    "peer-clock",       # a real peer's own step jitter over contacts (one stream per peer)
     "class-schedule",   # dynamic data: which classes are hidden and when they return
     "adversaries",      # which devices lie (adversaries[].fraction)
     "attack",           # per adversary: its attack's own noise (index: device id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from p2pfed.engine.contacts.plan import ContactError
+from p2pfed.network.contacts.plan import ContactError
 from p2pfed.textfile import not_text
 
 FORMATS = ("one", "interval", "sociopatterns")

@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from p2pfed.engine.contacts.plan import Contact, ContactError, make_contact
+from p2pfed.network.contacts.plan import Contact, ContactError, make_contact
 
 
 def _gap(rng: np.random.Generator, mean_s: float, law: str, alpha: float) -> float:

@@ -26,7 +26,7 @@ from typing import cast
 import numpy as np
 from scipy.spatial import cKDTree
 
-from p2pfed.engine.contacts.plan import Contact, ContactError
+from p2pfed.network.contacts.plan import Contact, ContactError
 
 _CHUNK = 1 << 16  # uniforms drawn at a time
 

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, cast
 import networkx as nx
 import numpy as np
 
-from p2pfed.engine.contacts.mobility import random_waypoint_contacts
-from p2pfed.engine.contacts.plan import Contact, ContactError, ContactPlan, make_contact, static_contacts
-from p2pfed.engine.contacts.poisson import poisson_contacts
-from p2pfed.engine.contacts.traces import TraceContact, map_nodes, read_trace
+from p2pfed.network.contacts.mobility import random_waypoint_contacts
+from p2pfed.network.contacts.plan import Contact, ContactError, ContactPlan, make_contact, static_contacts
+from p2pfed.network.contacts.poisson import poisson_contacts
+from p2pfed.network.contacts.traces import TraceContact, map_nodes, read_trace
 
 if TYPE_CHECKING:
+    from p2pfed.scenario.loader import LoadedScenario
     from p2pfed.scenario.schema import ContactsSection
 
 DEFAULT_DURATION_S = 3600.0
@@ -52,6 +53,40 @@ def build_contact_plan(section: ContactsSection, num_devices: int, *, seed: int,
         contacts, horizon = trace_contacts(raw, s, num_devices, str(file))
         return ContactPlan(num_devices, contacts), horizon
     raise ContactError(f"contacts.kind {s.kind!r} has no contact source")
+
+
+def scenario_contacts(loaded: LoadedScenario, num_devices: int, graph: nx.Graph | None = None
+                      ) -> tuple[ContactPlan, float]:
+    """The run's contact plan and duration, as every runtime builds it (the simulator and each
+    real peer draw the same contacts from the scenario's seed)."""
+    from p2pfed.scenario.randomness import int_seed
+
+    c = loaded.scenario.contacts
+    return build_contact_plan(c, num_devices, seed=int_seed(loaded.scenario.seed, "contacts"), graph=graph,
+                              file=loaded.resolve(c.file))
+
+
+def partners(plan: ContactPlan, duration: float) -> list[list[int]]:
+    """Whom each device meets at least once within the run: its neighbours as a real peer."""
+    met: list[set[int]] = [set() for _ in range(plan.num_devices)]
+    for c in plan.contacts:
+        if c.start < duration:
+            met[c.a].add(c.b)
+            met[c.b].add(c.a)
+    return [sorted(m) for m in met]
+
+
+def peer_neighbours(loaded: LoadedScenario, num_devices: int) -> tuple[list[list[int]], int]:
+    """Each device's neighbours as a real peer — its topology neighbours, or over contacts every
+    device it meets within the run — and how many links that makes."""
+    from p2pfed.scenario.build import build_graph
+
+    graph = build_graph(loaded, num_devices)
+    if loaded.scenario.contacts.kind in ("none", "static"):
+        return [sorted(graph.neighbors(i)) for i in range(num_devices)], graph.number_of_edges()
+    plan, duration = scenario_contacts(loaded, num_devices, graph)
+    met = partners(plan, duration)
+    return met, sum(map(len, met)) // 2
 
 
 def trace_contacts(raw: list[TraceContact], section: ContactsSection, num_devices: int, source: str

@@ -1,0 +1,150 @@
+"""Real peers over contacts (``p2pfed launch`` with a scenario's ``contacts``): the contact
+runtime's protocol on real sockets — on loopback, and on the emulated LAN whose links are up only
+during contacts.
+
+What must hold whatever the machine's load: every transfer a peer starts ends completed or
+aborted; a completed transfer was taken in by the receiver's intake exactly once, an aborted one
+never; each device steps as often as in the simulator (same first phase, no jitter); and the
+emulated LAN leaves nothing behind. How close the counters come to the simulator's is measured in
+``bench/contact_validation.py`` (a benchmark, not a test: it depends on the machine's speed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2pfed.cli.main import main
+from p2pfed.device import Control, Intake, IntakeRules
+from p2pfed.device.wire import ACK_KIND, CONTROL_KINDS, HAVE_KIND, encode_control
+from p2pfed.engine.runner import run_scenario
+from p2pfed.network.lan import LanError, check_permitted, namespaces_alive
+from p2pfed.network.linkemu import LinkModel, LinkScheduler
+from p2pfed.peer.config import PeerTiming
+from p2pfed.peer.emulated import launch_emulated, link_models
+from p2pfed.peer.launcher import launch
+from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.contacts import partners, peer_neighbours, scenario_contacts
+from p2pfed.scenario.loader import launch_problems, load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
+# Contacts short and links slow enough that some transfers are cut (the simulator aborts some).
+CONTACTS = ["dataset.synthetic.samples_per_class=12", "model.hidden=[8,16]", "contacts.kind=poisson",
+            "contacts.mean_intercontact_s=60", "contacts.mean_duration_s=20", "contacts.bandwidth_bps=4e3",
+            "contacts.latency_s=0.01", "contacts.duration_s=300", "asynchronous.train_period_s=60",
+            "evaluation.every_s=100"]
+
+
+def _loaded(devices: int, *extra: str):
+    return load_scenario(SCENARIO, [f"dataset.synthetic.num_devices={devices}", *CONTACTS, *extra])
+
+
+# the pieces --------------------------------------------------------------------------------
+def test_a_contact_link_carries_packets_only_within_its_windows():
+    link = LinkModel(0.01, 1e6, up=((1.0, 2.0), (5.0, 5.5)))
+    sched = LinkScheduler({("a", "b"): link}, origin=100.0)
+    at = {t: sched.admit("a", "b", 100, now=100.0 + t) for t in (0.5, 1.0, 1.9, 2.0, 4.0, 5.2, 6.0)}
+    assert [t for t, r in at.items() if r is not None] == [1.0, 1.9, 5.2]
+    assert sched.stats()["down"] == 4
+
+
+def test_link_models_follow_the_contact_plan_in_wall_clock_time():
+    loaded = _loaded(4)
+    plan, duration = scenario_contacts(loaded, 4)
+    links = link_models(loaded, 4, speedup=10)
+    first = plan.contacts[0]
+    model = links[first.a, first.b]
+    assert links[first.b, first.a] == model
+    assert model.bandwidth_bps == pytest.approx(4e4) and model.latency_s == pytest.approx(1e-3)
+    assert model.is_up(first.start / 10 + 1e-6) and not model.is_up(min(first.end, duration) / 10 + 1e-6)
+    met = {tuple(sorted(pair)) for pair in links}
+    assert met == {(c.a, c.b) for c in plan.contacts if c.start < duration}
+    assert peer_neighbours(loaded, 4)[0] == partners(plan, duration)
+
+
+def test_an_intake_returns_contact_messages_to_the_runtime():
+    class Algo:   # the intake reaches no method for a control message
+        def kind(self) -> str:
+            return "fedsub"
+
+    rules = IntakeRules(10_000, control_kinds=CONTROL_KINDS)
+    intake = Intake(0, Algo(), Recorder([0, 1]), rules)   # type: ignore[arg-type]
+    have = encode_control(HAVE_KIND, 1, 3.0, {"have": [[2, "prototypes", 4, 1.5]]}, 10_000)
+    assert intake.take(have, link=1, now=3.0, round=0) == Control(1, HAVE_KIND, {"have": [[2, "prototypes", 4, 1.5]]})
+    plain = Intake(0, Algo(), Recorder([0, 1]), IntakeRules(10_000))   # type: ignore[arg-type]
+    assert plain.take(encode_control(ACK_KIND, 1, 3.0, {"bytes": 5}, 10_000), link=1, now=3.0, round=0) is None
+
+
+def test_what_real_peers_over_contacts_cannot_run_is_refused_by_name():
+    loaded = _loaded(4, "contacts.loss_rate=0.1", "asynchronous.batch_window_s=30", "churn.mean_online_s=100",
+                     "churn.mean_offline_s=10")
+    problems = "\n".join(launch_problems(loaded, check_imports=False))
+    for field in ("contacts.loss_rate", "asynchronous.batch_window_s", "churn.mean_online_s"):
+        assert field in problems
+    assert launch_problems(_loaded(4), check_imports=False) == []
+
+
+# real peers --------------------------------------------------------------------------------
+def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
+    comm = summary["comm"]
+    assert comm["transfers_started"] == comm["transfers_completed"] + comm["transfers_aborted"]
+    taken_in = sum(json.loads(p.read_text())["recorder"]["counters"][0]["messages_received"]
+                   for p in out.rglob("peer.json"))
+    # every completed transfer reached an intake once (none refused here), no aborted one did
+    assert taken_in == comm["transfers_completed"] - comm["messages_dropped"]
+    assert summary["rounds"] == simulated["rounds"]            # each device stepped as in the simulator
+    assert summary["asynchronous"]["trainings_per_device"] == simulated["asynchronous"]["trainings_per_device"]
+    rounds = (out / "rounds.csv").read_text().splitlines()
+    assert len(rounds) - 1 == 3                                 # evaluations at 100, 200, 300 s
+    assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
+
+
+def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
+    loaded = _loaded(4)
+    simulated = run_scenario(loaded, None, progress=False)
+    summary = launch(loaded, SCENARIO, ["dataset.synthetic.num_devices=4", *CONTACTS], None, tmp_path / "run",
+                     None, insecure=False, timeout_s=300, timing=PeerTiming(speedup=20))
+    _check_protocol(summary, tmp_path / "run", simulated)
+    assert summary["runtime"]["secure"]
+
+
+@pytest.fixture
+def permitted() -> None:
+    try:
+        check_permitted()
+    except LanError as exc:
+        pytest.skip(f"namespaces not permitted here: {exc}")
+
+
+def test_real_peers_over_contacts_on_the_emulated_lan(tmp_path, permitted):
+    """Six CURVE peers, each its own host, links up only during the plan's contacts: transfers cut
+    by a contact's end are aborted (the simulator cuts some), nothing cut reaches an intake, and no
+    namespace is left."""
+    loaded = _loaded(6)
+    simulated = run_scenario(loaded, None, progress=False)
+    assert simulated["comm"]["transfers_aborted"] > 0
+    summary = launch_emulated(loaded, tmp_path / "run", insecure=False, timeout_s=300, timing=PeerTiming(speedup=20))
+    _check_protocol(summary, tmp_path / "run", simulated)
+    assert summary["comm"]["transfers_aborted"] > 0 and summary["comm"]["bytes_wasted"] > 0
+    assert summary["runtime"]["network"]["unlinked"] == 0   # no packet between two devices that never meet
+    held = json.loads((tmp_path / "run" / "network" / "lan.json").read_text())
+    assert namespaces_alive(held["namespaces"]) == []
+
+
+def test_a_plan_over_contacts_needs_one_start_time_and_lists_whom_each_peer_meets(tmp_path, capsys):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [f"192.168.7.{i + 1}" for i in range(4)]}))
+    sets = [a for s in ["dataset.synthetic.num_devices=4", *CONTACTS] for a in ("--set", s)]
+    args = ["plan", str(SCENARIO), *sets, "--hosts", str(hosts), "--out", str(tmp_path / "bundle"), "--insecure"]
+    assert main(args) == 2
+    assert "--start-at" in capsys.readouterr().err
+    assert main([*args, "--start-at", "1900000000", "--speedup", "5"]) == 0
+    plan, duration = scenario_contacts(_loaded(4), 4)
+    for i, met in enumerate(partners(plan, duration)):
+        peer = yaml.safe_load((tmp_path / "bundle" / f"peer-{i}" / "peer.yaml").read_text())
+        assert [n["id"] for n in peer["neighbours"]] == met
+        assert peer["start_time"] == 1900000000 and peer["speedup"] == 5
