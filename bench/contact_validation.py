@@ -71,13 +71,14 @@ def compare(cli: list[str], out: Path, links: str, source: str, speedup: float) 
     rows = []
     for counter in COUNTERS:
         a, b = sim["comm"][counter], real["comm"][counter]
-        ratio = b / a if a else float("nan")
+        ratio = b / a if a else (1.0 if b == a else float("inf"))
         rows.append({"links": links, "source": source, "counter": counter, "simulator": a, "emulated": b,
                      "ratio": round(ratio, 4), "within_10pct": abs(ratio - 1) <= TOLERANCE})
     rows.append({"links": links, "source": source, "counter": "final_f1", "simulator": sim["final"]["f1_macro_mean"],
                  "emulated": real["final"]["f1_macro_mean"], "ratio": "", "within_10pct": ""})
     network = {k: v for k, v in real["runtime"].get("network", {}).items() if k != "links"}
-    print(json.dumps({"setting": name, "protocol": real["runtime"].get("contact_protocol"), "network": network,
+    print(json.dumps({"setting": name, "protocol": real["runtime"].get("contact_protocol"),
+                      "timing": real["runtime"].get("contact_timing"), "network": network,
                       "payload_bytes_sent": real["comm"]["bytes_sent_total"]}), flush=True)
     return rows
 

@@ -36,8 +36,8 @@ from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, eva
 from p2pfed.device.exchange import (SEND_POLICIES, Forwarding, Frame, Holdings, Offer, encode_carried,
                                     keep_to_carry, mark_received, next_offer)
 from p2pfed.engine.contact_checkpoint import Wait, Waits, contact_run_state, restore_contact_run
-from p2pfed.network.contacts import Contact, ContactPlan
 from p2pfed.engine.delivery import Delivery
+from p2pfed.network.contacts import Contact, ContactPlan
 from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 

@@ -18,10 +18,10 @@ from tqdm import tqdm
 
 from p2pfed.algorithms import Algorithm
 from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
+from p2pfed.device.exchange import Forwarding
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.network.contacts import ContactPlan
 from p2pfed.results.energy import EnergyMeter
-from p2pfed.device.exchange import Forwarding
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation

@@ -70,10 +70,10 @@ class Session:
     """This peer's side of one open contact: the peer's summary vector and the transfer in flight."""
 
     contact: Contact
-    end: float                                      # when it ends (simulated, within the run)
     peer_have: dict[tuple[int, str], Version] | None = None
     offer: Offer | None = None
     started: float = 0.0
+    sent_any: bool = False
 
 
 class ContactPeer(Peer):
@@ -99,6 +99,9 @@ class ContactPeer(Peer):
         self.closing: dict[int, tuple[Session, float, float]] = {}   # ended with a transfer unacknowledged
         self.contact_stats = {"control_messages": 0, "control_bytes": 0, "late_frames": 0, "stray_acks": 0,
                               "stale_summaries": 0}
+        # simulated seconds a completed transfer took beyond the simulator's model (8 size / bandwidth
+        # + latency), and from a contact's start to its first transfer: where real peers differ
+        self.timing: dict[str, list[float]] = {"transfer_excess_s": [], "first_transfer_after_s": []}
         recorder = Recorder([cfg.id])
         loop = DeviceLoop(cfg.id, self.algo, recorder, clock=self.sim_now,
                           max_message_bytes=sc.engine.max_message_bytes, neighbours=lambda: sorted(self.sessions),
@@ -130,7 +133,7 @@ class ContactPeer(Peer):
 
     def _open(self, c: Contact) -> None:
         peer = c.b if c.a == self.config.id else c.a
-        session = self.sessions[peer] = Session(c, min(c.end, self.duration))
+        session = self.sessions[peer] = Session(c)
         have = [[o, part, r, t] for (o, part), (r, t) in sorted(self.holdings.have.items())]
         self._control(peer, HAVE_KIND, {"have": have, "contact": c.start})
         early = self.early_have.pop(peer, None)
@@ -184,6 +187,9 @@ class ContactPeer(Peer):
         if offer is None:
             return
         session.offer, session.started = offer, self.sim_now()
+        if not session.sent_any:
+            session.sent_any = True
+            self.timing["first_transfer_after_s"].append(session.started - session.contact.start)
         self.recorder.transfer_started(me)
         if self.outbox.send(self.endpoints[peer], offer.frame.data, timeout_ms=0):
             self._radio_busy()
@@ -222,8 +228,10 @@ class ContactPeer(Peer):
     def _completed(self, session: Session) -> None:
         """The peer acknowledged the transfer in flight: it is complete (as the simulator counts
         one whose last byte arrived)."""
-        offer, me = session.offer, self.config.id
+        offer, me, c = session.offer, self.config.id, session.contact
         assert offer is not None and session.peer_have is not None
+        modelled = 8.0 * offer.frame.size / c.bandwidth_bps + c.latency_s
+        self.timing["transfer_excess_s"].append(self.sim_now() - session.started - modelled)
         self.recorder.sent(me, offer.frame.size, self._interval(self.sim_now()))
         self.recorder.transfer_completed(me)
         mark_received(session.peer_have, offer)
@@ -326,7 +334,7 @@ class ContactPeer(Peer):
         return self.finish()
 
     def report(self) -> dict[str, Any]:
-        return {**super().report(), "contact_protocol": dict(self.contact_stats),
+        return {**super().report(), "contact_protocol": dict(self.contact_stats), "contact_timing": self.timing,
                 "trainings": self.loop.actions, "fusions": self.loop.fusions}
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from p2pfed.energy import EnergyPlan
 from p2pfed.results.energy import EnergyMeter
 from p2pfed.results.files import write_run
@@ -42,6 +44,14 @@ def merged_energy(loaded: LoadedScenario, peers: list[dict[str, Any]], recorder:
     return meter
 
 
+def _quantiles(values: list[float]) -> dict[str, float | int | None]:
+    """Count, median and 95th percentile of a list (None when empty)."""
+    if not values:
+        return {"count": 0, "median": None, "p95": None}
+    return {"count": len(values), "median": round(float(np.median(values)), 4),
+            "p95": round(float(np.percentile(values, 95)), 4)}
+
+
 def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, Any]], *,
                   wall_time_s: float, full_model_bytes: int, **extra: Any) -> dict[str, Any]:
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
@@ -56,6 +66,8 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
         runtime = extra.setdefault("runtime", {})
         runtime["contact_protocol"] = {k: sum(p["contact_protocol"][k] for p in peers)
                                        for k in peers[0]["contact_protocol"]}
+        runtime["contact_timing"] = {k: _quantiles([x for p in peers for x in p["contact_timing"][k]])
+                                     for k in peers[0]["contact_timing"]}
     end_s = rows[-1]["sim_time_s"] if rows else 0.0
     meter = merged_energy(loaded, peers, recorder, end_s)
     if meter is not None:
