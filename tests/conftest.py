@@ -19,3 +19,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def permitted() -> None:
+    """Skip, with the reason, where network namespaces cannot be built (no root)."""
+    from p2pfed.network.lan import LanError, check_permitted
+
+    try:
+        check_permitted()
+    except LanError as exc:
+        pytest.skip(f"namespaces not permitted here: {exc}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pfed.network.lan import EmulatedLan, LanError, check_permitted, namespaces_alive
+from p2pfed.network.lan import EmulatedLan, namespaces_alive
 from p2pfed.network.linkemu import LinkModel, LinkScheduler, ipv4_addresses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,14 +63,6 @@ def test_ipv4_addresses_of_a_packet():
 
 
 # real namespaces -----------------------------------------------------------------------------
-@pytest.fixture
-def permitted() -> None:
-    try:
-        check_permitted()
-    except LanError as exc:
-        pytest.skip(f"namespaces not permitted here: {exc}")
-
-
 def _python_on(lan: EmulatedLan, host: int, code: str, log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
         return lan.spawn(host, [sys.executable, "-c", code], log=out)

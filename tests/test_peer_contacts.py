@@ -21,7 +21,7 @@ from p2pfed.cli.main import main
 from p2pfed.device import Control, Intake, IntakeRules
 from p2pfed.device.wire import ACK_KIND, CONTROL_KINDS, HAVE_KIND, encode_control
 from p2pfed.engine.runner import run_scenario
-from p2pfed.network.lan import LanError, check_permitted, namespaces_alive
+from p2pfed.network.lan import namespaces_alive
 from p2pfed.network.linkemu import LinkModel, LinkScheduler
 from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.emulated import launch_emulated, link_models
@@ -110,14 +110,6 @@ def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
                      None, insecure=False, timeout_s=300, timing=PeerTiming(speedup=20))
     _check_protocol(summary, tmp_path / "run", simulated)
     assert summary["runtime"]["secure"]
-
-
-@pytest.fixture
-def permitted() -> None:
-    try:
-        check_permitted()
-    except LanError as exc:
-        pytest.skip(f"namespaces not permitted here: {exc}")
 
 
 def test_real_peers_over_contacts_on_the_emulated_lan(tmp_path, permitted):
