@@ -232,12 +232,13 @@ def test_validate_reports_cross_section_and_method_rules_naming_file_and_field(t
     assert main(["validate", str(bad)]) == 2
     assert f"{bad}: algorithm.cluster_round: 4 leaves no round to cluster in" in capsys.readouterr().out
     ok = tmp_path / "ok.yaml"
-    ok.write_text("rounds: 6\nengine: {participation: 0.5}\ncontacts: {kind: poisson, duration_s: 600}\n")
+    ok.write_text("rounds: 6\nengine: {participation: 0.5}\n"
+                  "contacts: {kind: poisson, duration_s: 600, loss_rate: 0.1}\n")
     assert main(["validate", str(ok)]) == 0
     assert main(["validate", "--launch", str(ok)]) == 2
     out = capsys.readouterr().out
     assert f"{ok}: engine.participation: real peers always take part" in out
-    assert f"{ok}: contacts.kind: real peers run synchronous rounds" in out
+    assert f"{ok}: contacts.loss_rate: real peers over contacts run without it" in out   # contacts themselves run
 
 
 def test_run_checkpoints_and_resumes_from_the_command_line(tmp_path, capsys):

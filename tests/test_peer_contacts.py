@@ -3,10 +3,11 @@ runtime's protocol on real sockets — on loopback, and on the emulated LAN whos
 during contacts.
 
 What must hold whatever the machine's load: every transfer a peer starts ends completed or
-aborted; a completed transfer was taken in by the receiver's intake exactly once, an aborted one
-never; each device steps as often as in the simulator (same first phase, no jitter); and the
-emulated LAN leaves nothing behind. How close the counters come to the simulator's is measured in
-``bench/contact_validation.py`` (a benchmark, not a test: it depends on the machine's speed).
+aborted; a completed transfer was taken in by the receiver's intake exactly once, an aborted one at
+most once (its acknowledgement lost as the contact ended); each device steps as often as in the
+simulator (same first phase, no jitter); and the emulated LAN leaves nothing behind. How close the
+counters come to the simulator's is measured in ``bench/contact_validation.py`` (a benchmark, not a
+test: it depends on the machine's speed).
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
     assert comm["transfers_started"] == comm["transfers_completed"] + comm["transfers_aborted"]
     taken_in = sum(json.loads(p.read_text())["recorder"]["counters"][0]["messages_received"]
                    for p in out.rglob("peer.json"))
-    # every completed transfer reached an intake once (none refused here), no aborted one did
-    assert taken_in == comm["transfers_completed"] - comm["messages_dropped"]
+    # every completed transfer reached an intake exactly once; an aborted one did only where the
+    # receiver took it in just before the end and its acknowledgement could not cross the closing
+    # link (or, on a loaded machine, came after the sender's grace): at most once, never twice
+    completed = comm["transfers_completed"] - comm["messages_dropped"]
+    assert completed <= taken_in <= completed + comm["transfers_aborted"]
     assert summary["rounds"] == simulated["rounds"]            # each device stepped as in the simulator
     assert summary["asynchronous"]["trainings_per_device"] == simulated["asynchronous"]["trainings_per_device"]
     rounds = (out / "rounds.csv").read_text().splitlines()
@@ -114,8 +118,7 @@ def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
 
 def test_real_peers_over_contacts_on_the_emulated_lan(tmp_path, permitted):
     """Six CURVE peers, each its own host, links up only during the plan's contacts: transfers cut
-    by a contact's end are aborted (the simulator cuts some), nothing cut reaches an intake, and no
-    namespace is left."""
+    by a contact's end are aborted (the simulator cuts some), and no namespace is left."""
     loaded = _loaded(6)
     simulated = run_scenario(loaded, None, progress=False)
     assert simulated["comm"]["transfers_aborted"] > 0

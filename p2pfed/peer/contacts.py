@@ -21,7 +21,9 @@ others. What a real peer must do that the simulator reads off its own state:
   exactly as the simulator counts them, and what is still queued for that peer is dropped with
   its socket;
 - **nothing partial, nothing late**: a transfer that arrives when this peer has no open contact
-  with its sender (it was cut) is discarded unacknowledged, never given to the algorithm.
+  with its sender (it was cut) is discarded unacknowledged, never given to the algorithm. (One
+  taken in just before the end whose acknowledgement the closing link then lost is counted aborted
+  by its sender, though its receiver has it: the two sides cannot agree on it, as in any protocol.)
 
 So the comparison with the simulator (``bench/contact_validation.py``) measures what the protocol
 adds — a latency for the summary vectors, a latency per acknowledgement, connection setup, the
