@@ -9,11 +9,14 @@ two hours from 08:00 on the third day, its busiest, 20 s windows) and pairwise P
 (one hour); each under two link settings: the SocioPatterns scenario's 1 Mbit/s and 50 ms with a
 model whose parts take about a second, and 4 kbit/s links with a small model, where the real
 protocol's own bytes (connection set-up, summary vectors, acknowledgements) weigh on every
-transfer. Writes ``contacts.csv`` (per setting and counter: simulator, emulated, ratio, within
-10 %), ``runs/`` (both runs' results) and ``contacts.png`` into OUT. Needs root (namespaces); about
-40 minutes at the default speed-up:
+transfer. The simulator runs each setting once per contact protocol model (``contacts.protocol``:
+``ideal``, the runtime's default, and ``acknowledged``, real peers' summary vectors,
+acknowledgements and framing). Writes ``contacts.csv`` (per setting, counter and protocol model:
+simulator, emulated, ratio, within 10 %), ``runs/`` (every run's results) and ``contacts.png`` into
+OUT. Needs root (namespaces); about 40 minutes at the default speed-up:
 
     sudo python bench/contact_validation.py OUT [--speedup 10] [--sources trace,poisson] [--links 1mbps,4kbps]
+        [--protocols ideal,acknowledged]
 """
 
 from __future__ import annotations
@@ -61,21 +64,31 @@ def run(cmd: list[str]) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def compare(cli: list[str], out: Path, links: str, source: str, speedup: float) -> list[dict]:
-    """One setting run by both runtimes: a row per counter."""
+def compare(cli: list[str], out: Path, links: str, source: str, speedup: float,
+            protocols: list[str]) -> list[dict]:
+    """One setting run by real peers and by the simulator under each protocol model: a row per
+    counter and model."""
     sets = [a for s in COMMON + LINKS[links] + SOURCES[source] for a in ("--set", s)]
     name = f"{links}-{source}"
-    sim = run(cli + ["run", str(SCENARIO), *sets, "--out", str(out / "runs" / f"{name}-sim")])
     real = run(cli + ["launch", str(SCENARIO), *sets, "--network", "emulated", "--speedup", str(speedup),
                       "--timeout", "2400", "--out", str(out / "runs" / f"{name}-emulated")])
     rows = []
-    for counter in COUNTERS:
-        a, b = sim["comm"][counter], real["comm"][counter]
-        ratio = b / a if a else (1.0 if b == a else float("inf"))
-        rows.append({"links": links, "source": source, "counter": counter, "simulator": a, "emulated": b,
-                     "ratio": round(ratio, 4), "within_10pct": abs(ratio - 1) <= TOLERANCE})
-    rows.append({"links": links, "source": source, "counter": "final_f1", "simulator": sim["final"]["f1_macro_mean"],
-                 "emulated": real["final"]["f1_macro_mean"], "ratio": "", "within_10pct": ""})
+    for protocol in protocols:
+        sim = run(cli + ["run", str(SCENARIO), *sets, "--set", f"contacts.protocol={protocol}",
+                         "--out", str(out / "runs" / f"{name}-sim-{protocol}")])
+        for counter in COUNTERS:
+            a, b = sim["comm"][counter], real["comm"][counter]
+            ratio = b / a if a else (1.0 if b == a else float("inf"))
+            rows.append({"links": links, "source": source, "counter": counter, "protocol": protocol,
+                         "simulator": a, "emulated": b, "ratio": round(ratio, 4),
+                         "within_10pct": abs(ratio - 1) <= TOLERANCE})
+        rows.append({"links": links, "source": source, "counter": "final_f1", "protocol": protocol,
+                     "simulator": sim["final"]["f1_macro_mean"], "emulated": real["final"]["f1_macro_mean"],
+                     "ratio": "", "within_10pct": ""})
+        rows.append({"links": links, "source": source, "counter": "control_bytes", "protocol": protocol,
+                     "simulator": sim["contact_protocol"]["control_bytes"],
+                     "emulated": real["runtime"]["contact_protocol"]["control_bytes"], "ratio": "",
+                     "within_10pct": ""})
     network = {k: v for k, v in real["runtime"].get("network", {}).items() if k != "links"}
     print(json.dumps({"setting": name, "protocol": real["runtime"].get("contact_protocol"),
                       "timing": real["runtime"].get("contact_timing"), "network": network,
@@ -89,6 +102,7 @@ def main() -> int:
     parser.add_argument("--speedup", type=float, default=10.0, help="simulated seconds per wall-clock second")
     parser.add_argument("--sources", default="trace,poisson")
     parser.add_argument("--links", default="1mbps,4kbps")
+    parser.add_argument("--protocols", default="ideal,acknowledged", help="the simulator's contacts.protocol models")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,21 +110,27 @@ def main() -> int:
     rows = []
     for links in args.links.split(","):
         for source in args.sources.split(","):
-            rows += compare(cli, out, links, source, args.speedup)
+            rows += compare(cli, out, links, source, args.speedup, args.protocols.split(","))
     with (out / "contacts.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     for r in rows:
-        print(f"{r['links']:6} {r['source']:8} {r['counter']:20} {r['simulator']:>12} {r['emulated']:>12} "
-              f"{r['ratio']!s:>8} {r['within_10pct']}")
+        print(f"{r['links']:6} {r['source']:8} {r['counter']:20} {r['protocol']:13} {r['simulator']:>12} "
+              f"{r['emulated']:>12} {r['ratio']!s:>8} {r['within_10pct']}")
+    protocols = args.protocols.split(",")
     counted = [r for r in rows if r["counter"] in COUNTERS]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    labels = [f"{r['links']} {r['source']}\n{r['counter'].replace('_', ' ')}" for r in counted]
-    ax.bar(range(len(counted)), [r["ratio"] for r in counted],
-           color=["tab:green" if r["within_10pct"] else "tab:red" for r in counted])
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / len(protocols)
+    for k, protocol in enumerate(protocols):
+        mine = [r for r in counted if r["protocol"] == protocol]
+        ax.bar([j + k * width for j in range(len(mine))], [r["ratio"] for r in mine], width,
+               color=["tab:green" if r["within_10pct"] else "tab:red" for r in mine],
+               edgecolor="black", hatch="" if k == 0 else "//", label=f"simulator: {protocol}")
+    labels = [f"{r['links']} {r['source']}\n{r['counter'].replace('_', ' ')}" for r in counted
+              if r["protocol"] == protocols[0]]
     ax.axhspan(1 - TOLERANCE, 1 + TOLERANCE, color="grey", alpha=0.2, label="within 10 %")
-    ax.set_xticks(range(len(counted)), labels, rotation=90, fontsize=7)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels, rotation=90, fontsize=7)
     ax.set_ylabel("emulated / simulator")
     ax.set_title(f"real peers over contacts (speedup {args.speedup:g}) vs the contact runtime")
     ax.legend()

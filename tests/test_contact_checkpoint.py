@@ -31,6 +31,7 @@ ENERGY = ["devices.profiles=[{name: slow, fraction: 1.0, flops_per_s: 5.0e3, jou
           "devices.radio=lte", "devices.battery_j=3", "devices.recharge_every_s=400"]
 VARIANTS = {**{name: (name, FIRES_EARLY.get(name, [])) for name in sorted(ALGORITHMS)},
             "fedsub-batch-window": ("fedsub", ["asynchronous.batch_window_s=30"]),
+            "fedsub-acknowledged": ("fedsub", ["contacts.protocol=acknowledged", "contacts.loss_rate=0"]),
             "gossip-avg-energy": ("gossip-avg", ENERGY)}
 
 
@@ -70,6 +71,11 @@ def test_the_contact_restore_test_crosses_an_evaluation_with_transfers_in_flight
     state = torch.load(ckpt.path, weights_only=True)["state"]
     assert state["offers_later"], "no share waiting for its step's work to finish at the checkpoint"
     assert state["recharge"] and not all(state["energy"]["powered"])
+    ckpt.path.unlink()
+    run_scenario(_loaded(*VARIANTS["fedsub-acknowledged"]), None, progress=False, checkpointing=ckpt)
+    state = torch.load(ckpt.path, weights_only=True)["state"]
+    assert any(s["kind"] == "ack" for s in state["sessions"]), "no acknowledgement on its way at the checkpoint"
+    assert all("peer_have" in s for s in state["sessions"]) and state["lines"] and state["control"]["control_bytes"]
 
 
 def test_a_contact_run_checkpoints_and_resumes_from_the_command_line(tmp_path, capsys):

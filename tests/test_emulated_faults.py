@@ -76,7 +76,6 @@ def test_a_killed_peer_is_reported_and_the_others_finish(tmp_path):
     _never_fused_twice(summary)
 
 
-@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_a_partition_that_heals(tmp_path):
     summary = _run(tmp_path, {"partitions": [{"groups": [[0], [1, 2]], "from_round": 1, "to_round": 3}]},
                    rounds=8)
@@ -110,7 +109,6 @@ def test_five_percent_loss_on_every_link_loses_no_message(tmp_path):
     _never_fused_twice(summary)
 
 
-@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_one_link_a_hundred_times_slower(tmp_path):
     """Link 0-1 at 100x the latency and 1/100 the bandwidth (0.2 s, 1 Mbit/s): a model of ~150 kB
     takes over 1.4 s on it, against a round timeout of 0.5 s. Nothing is lost; the link's artifacts

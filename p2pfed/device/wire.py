@@ -49,7 +49,8 @@ def encode_resend_request(sender: int, from_round: int, sent_at: float, max_byte
 
 def encode_control(kind: str, sender: int, sent_at: float, meta: dict[str, Any], max_bytes: int) -> bytes:
     """A contact-protocol message of real peers (``CONTROL_KINDS``; no tensors): the runtime
-    answers it, the algorithm never sees it. The simulator models neither its bytes nor its time."""
+    answers it, the algorithm never sees it (``device.contact_protocol`` builds them, for real peers
+    and for the simulator with ``contacts.protocol: acknowledged``)."""
     return encode(Message(kind=kind, sender=sender, round=0, sent_at=sent_at, meta=meta, tensors={}),
                   max_bytes=max_bytes)
 

@@ -30,11 +30,12 @@ import torch
 
 from p2pfed.algorithms.state import received_from_state, received_state
 from p2pfed.device import Outgoing
+from p2pfed.engine.contact_lines import ContactLines
 from p2pfed.engine.delivery import Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
 
 if TYPE_CHECKING:
-    from p2pfed.device.exchange import Offer
+    from p2pfed.device.exchange import Offer, PartKey, Version
     from p2pfed.engine.opportunistic import OpportunisticSimulation
 
 Pending = list[float | int]   # [time, SimPy's creation id] of a scheduled event
@@ -42,14 +43,17 @@ Pending = list[float | int]   # [time, SimPy's creation id] of a scheduled event
 
 @dataclass(eq=False)
 class Wait:
-    """What a session waits on: ``down`` (either end offline), ``idle`` (nothing to send), or
-    ``transfer`` (its ``offer``, begun at ``started``, finishing with ``done``)."""
+    """What a session waits on: ``down`` (either end offline), ``idle`` (nothing to send),
+    ``transfer`` (its ``offer``, begun at ``started``, arriving with ``done`` at ``until``), and with
+    the acknowledged protocol ``summary`` (the peer's summary vector) and ``ack`` (the offer's
+    acknowledgement on its way back)."""
 
     kind: str
     offer: Offer | None = None
     started: float = 0.0
     done: simpy.Event | None = None
     seq: int = -1                       # order in which the session began waiting
+    until: float = 0.0                  # when ``done`` fires
 
 
 @dataclass(eq=False)
@@ -92,11 +96,13 @@ def contact_run_state(sim: OpportunisticSimulation) -> dict[str, Any]:
     sessions = []
     for (src, dst, contact), wait in sorted(w.sessions.items(), key=lambda kv: kv[1].seq):
         entry: dict[str, Any] = {"src": src, "dst": dst, "contact": contact, "kind": wait.kind, "seq": wait.seq}
-        if wait.kind == "transfer":
-            assert wait.offer is not None and wait.done is not None
+        if wait.done is not None:
+            entry.update(started=wait.started, done=pending(wait.done))
+        if wait.offer is not None:
             k = own_ids[src].get(id(wait.offer))
-            entry.update(started=wait.started, done=pending(wait.done),
-                         offer={"own": k} if k is not None else _offer_state(wait.offer))
+            entry.update(offer={"own": k} if k is not None else _offer_state(wait.offer))
+        if (src, dst, contact) in sim.peer_have:
+            entry.update(peer_have=_have_state(sim.peer_have[src, dst, contact]))
         sessions.append(entry)
     return {
         "time": float(sim.env.now),
@@ -111,14 +117,24 @@ def contact_run_state(sim: OpportunisticSimulation) -> dict[str, Any]:
         "sessions": sessions,
         "churn": [[i, k, back, pending(ev)] for i, (k, back, ev) in sorted(w.churn.items())],
         "recharge": None if w.recharge is None else pending(w.recharge),
+        "lines": sim.lines.state(),
+        "control": dict(sim.control),
         "offers_later": [{"device": i, "wake": pending(ev), "outgoing": [_outgoing_state(o) for o in out]}
                          for ev, (i, out) in w.offers_later.items()],
         "state": [{"online": st.online, "offline_s": st.offline_s,
                    "own": [_offer_state(o) for o in st.own],
                    "carried": [{"part": c.part, "item": received_state(c.item)} for c in st.carried.values()],
-                   "have": [[o, p, r, s] for (o, p), (r, s) in sorted(st.have.items())]}
+                   "have": _have_state(st.have)}
                   for st in sim.state],
     }
+
+
+def _have_state(have: dict[PartKey, Version]) -> list[list[Any]]:
+    return [[o, p, r, s] for (o, p), (r, s) in sorted(have.items())]
+
+
+def _have_from_state(saved: list[list[Any]]) -> dict[PartKey, Version]:
+    return {(int(o), str(p)): (int(r), float(s)) for o, p, r, s in saved}
 
 
 def _bytes_state(data: bytes) -> torch.Tensor:
@@ -158,7 +174,7 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
         for c in saved["carried"]:
             item = received_from_state(c["item"], interned)
             st.carried[item.sender, c["part"]] = Carried(item, c["part"])
-        st.have = {(int(o), str(p)): (int(r), float(s)) for o, p, r, s in saved["have"]}
+        st.have = _have_from_state(saved["have"])
 
     # the pending timeouts again, in their original creation order, at their original times
     made: dict[int, simpy.Event] = {}
@@ -168,6 +184,8 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
     def ev(p: Pending) -> simpy.Event:
         return made[int(p[1])]
 
+    sim.lines = ContactLines.from_state(state.get("lines", []))
+    sim.control = {k: int(v) for k, v in state.get("control", sim.control).items()}
     w = sim.waits = Waits(n)
     w.counter = itertools.count(int(state["seq"]))
     w.evaluated = int(state["evaluated"])
@@ -192,10 +210,13 @@ def restore_contact_run(sim: OpportunisticSimulation, state: dict[str, Any]) -> 
     for s in state["sessions"]:   # in the order they began waiting: they register on shared events alike
         src, dst = int(s["src"]), int(s["dst"])
         wait = Wait(s["kind"], seq=int(s["seq"]))
-        if wait.kind == "transfer":
+        if "done" in s:
+            wait.started, wait.done, wait.until = float(s["started"]), ev(s["done"]), float(s["done"][0])
+        if "offer" in s:
             o = s["offer"]
             wait.offer = sim.state[src].own[int(o["own"])] if "own" in o else _offer_from_state(o)
-            wait.started, wait.done = float(s["started"]), ev(s["done"])
+        if "peer_have" in s:
+            sim.peer_have[src, dst, int(s["contact"])] = _have_from_state(s["peer_have"])
         env.process(sim._session(src, dst, int(s["contact"]), ends[int(s["contact"])], wait))
 
 
@@ -205,7 +226,7 @@ def _all_pending(state: dict[str, Any]) -> Iterator[Pending]:
     if state["contact"] is not None:
         yield state["contact"][1]
     yield from (p for _, p in state["contact_ends"])
-    yield from (s["done"] for s in state["sessions"] if s["kind"] == "transfer")
+    yield from (s["done"] for s in state["sessions"] if "done" in s)
     yield from (c[3] for c in state["churn"])
     if state["recharge"] is not None:
         yield state["recharge"]

@@ -11,7 +11,14 @@ transfer at a time, in the send-policy order, at the contact's bandwidth; a tran
 contact end (or either device going offline) interrupts is aborted and its bytes on air are
 wasted. Nothing partial ever reaches an algorithm. Before each transfer the devices compare
 summary vectors (what each holds, as in epidemic routing; Vahdat & Becker 2000), so nothing a
-peer already has is sent again; the summary vectors' own bytes are not modelled.
+peer already has is sent again. By default (``contacts.protocol: ideal``) a device reads its peer's
+summary vector directly and a transfer is complete when its last byte arrives (latency + size /
+bandwidth). With ``acknowledged`` the simulator runs real peers' protocol instead: each side sends
+its summary vector when the contact opens and waits for the other's, a transfer is complete
+when the receiver's acknowledgement is back, and every message takes its place in one queue per
+direction with its framing bytes (``engine.contact_lines``, ``device.contact_protocol``): an
+acknowledgement lost to the contact's end leaves the transfer aborted on the sender's side though
+the receiver has it, as between real peers.
 
 With forwarding on, a device also keeps the parts named in ``forwarding.parts`` that it received
 (the prototypes, by default) and passes them on to devices it meets later, up to ``hop_limit``
@@ -33,9 +40,11 @@ import simpy
 from p2pfed.algorithms import Algorithm, Received
 from p2pfed.device import (DeviceLoop, IntakeRules, Outgoing, PendingFusion, evaluate_together,
                            finish_together, start_together)
-from p2pfed.device.exchange import (SEND_POLICIES, Forwarding, Frame, Holdings, Offer, encode_carried,
-                                    keep_to_carry, mark_received, next_offer)
+from p2pfed.device.contact_protocol import acknowledgement, summary_vector
+from p2pfed.device.exchange import (SEND_POLICIES, Forwarding, Frame, Holdings, Offer, PartKey, Version,
+                                    encode_carried, keep_to_carry, mark_received, next_offer)
 from p2pfed.engine.contact_checkpoint import Wait, Waits, contact_run_state, restore_contact_run
+from p2pfed.engine.contact_lines import ContactLines, Direction
 from p2pfed.engine.delivery import Delivery
 from p2pfed.network.contacts import Contact, ContactPlan
 from p2pfed.results.energy import EnergyMeter
@@ -51,6 +60,10 @@ class AsyncSchedule:
     max_age_s: float | None = None     # TTL of cached and carried artifacts
     loss_rate: float = 0.0             # chance that a fully sent message is lost
     batch_window_s: float = 0.0        # > 0: steps started in one window finish together at its end
+    protocol: str = "ideal"            # "acknowledged": real peers' summary vectors and acknowledgements
+
+
+PROTOCOLS = ("ideal", "acknowledged")
 
 
 @dataclass
@@ -79,6 +92,8 @@ class OpportunisticSimulation:
         offline one, until a recharge."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
+        if schedule.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown contact protocol {schedule.protocol!r}; choose one of {PROTOCOLS}")
         self.env = simpy.Environment()
         self.algorithms = algorithms
         self.plan = plan
@@ -118,6 +133,12 @@ class OpportunisticSimulation:
         # restored run waits on the same things (``engine.contact_checkpoint``).
         self.waits = Waits(n)
         self.evaluator: simpy.Process | None = None
+        # ``protocol: acknowledged``: the open contacts' links, each session's copy of its peer's
+        # summary vector (kept current by acknowledgements), and the protocol's own messages
+        self.acknowledged = schedule.protocol == "acknowledged"
+        self.lines = ContactLines()
+        self.peer_have: dict[Direction, dict[PartKey, Version]] = {}
+        self.control = {"control_messages": 0, "control_bytes": 0}
         if energy is not None:
             energy.clock = lambda: float(self.env.now)
             for i, loop in enumerate(self.loops):
@@ -359,8 +380,26 @@ class OpportunisticSimulation:
         """Contact ``index`` is on until ``end``: a session each way."""
         c = self.plan.contacts[index]
         self._track_end(index, end)
-        self.env.process(self._session(c.a, c.b, index, end))
-        self.env.process(self._session(c.b, c.a, index, end))
+        self.env.process(self._session(c.a, c.b, index, end, self._summary(c.a, c.b, index)))
+        self.env.process(self._session(c.b, c.a, index, end, self._summary(c.b, c.a, index)))
+
+    def _summary(self, src: int, dst: int, index: int) -> Wait | None:
+        """With the acknowledged protocol, session ``src`` -> ``dst`` first waits for ``dst``'s
+        summary vector, sent as the contact opens (None: the ideal protocol reads it directly)."""
+        if not self.acknowledged:
+            return None
+        c, now, have = self.plan.contacts[index], float(self.env.now), self.state[dst].have
+        self.peer_have[src, dst, index] = dict(have)
+        wait = Wait("summary", started=now)
+        self._wait_until(wait, self._send_control((dst, src, index),
+                                                  summary_vector(dst, have, c.start, now, self.max_message_bytes)))
+        return wait
+
+    def _send_control(self, direction: Direction, data: bytes) -> float:
+        """A protocol message on its way: when it arrives."""
+        self.control["control_messages"] += 1
+        self.control["control_bytes"] += len(data)
+        return self.lines.send(direction, self.plan.contacts[direction[2]], float(self.env.now), len(data))
 
     def _track_end(self, index: int, end: simpy.Event) -> None:
         """Contact ``index`` is on until ``end`` (kept for a checkpoint while it lasts)."""
@@ -368,12 +407,14 @@ class OpportunisticSimulation:
 
         def ended(_: simpy.Event) -> None:
             self.waits.contact_ends.pop(index, None)
+            self.lines.close(index)
         end.callbacks.append(ended)
 
-    def _next_offer(self, src: int, dst: int) -> Offer | None:
+    def _next_offer(self, src: int, dst: int, index: int) -> Offer | None:
         """What ``src`` sends ``dst`` next (``device.exchange.next_offer``: ``dst``'s summary
-        vector read directly)."""
-        return next_offer(self.state[src], src, dst, self.state[dst].have, float(self.env.now),
+        vector read directly, or as it came at the contact's start and acknowledgements since)."""
+        have = self.peer_have[src, dst, index] if self.acknowledged else self.state[dst].have
+        return next_offer(self.state[src], src, dst, have, float(self.env.now),
                           ttl=self.schedule.max_age_s, policy=self.schedule.send_policy,
                           carried_offer=lambda c: encode_carried(c, self.algorithms[src].kind(), src,
                                                                  self.max_message_bytes, self.precision))
@@ -384,57 +425,101 @@ class OpportunisticSimulation:
         (``resume``: a restored session's wait, taken up without deciding again)."""
         key = (src, dst, index)
         while not end.processed:
-            wait = resume if resume is not None else self._decide(src, dst)
+            wait = resume if resume is not None else self._decide(src, dst, index)
             resume = None
             if wait is None:
                 continue
             if wait.seq < 0:
                 wait.seq = next(self.waits.counter)
             self.waits.sessions[key] = wait
-            if wait.kind == "transfer":
-                yield from self._transfer(src, dst, wait, self.plan.contacts[index], end)
+            if wait.kind in ("transfer", "ack"):
+                yield from self._transfer(src, dst, wait, index, end)
+            elif wait.kind == "summary":
+                assert wait.done is not None
+                yield wait.done | end
             elif wait.kind == "down":
                 yield end | self.switched[src] | self.switched[dst]
             else:
                 yield self._or_churn(end | self.news[src], self.switched[src], self.switched[dst])
         self.waits.sessions.pop(key, None)
+        self.peer_have.pop(key, None)
 
-    def _decide(self, src: int, dst: int) -> Wait | None:
+    def _decide(self, src: int, dst: int, index: int) -> Wait | None:
         """What a session does next: wait for both ends to be up, send its next offer, wait for
         one (None: a battery just ran out; decide again)."""
         if not (self._up(src) and self._up(dst)):
             return Wait("down")
         if self.energy is not None and not (self._has_energy(src) and self._has_energy(dst)):
             return None
-        offer = self._next_offer(src, dst)
+        offer = self._next_offer(src, dst, index)
         return Wait("idle") if offer is None else Wait("transfer", offer, float(self.env.now))
 
-    def _transfer(self, src: int, dst: int, wait: Wait, contact: Contact,
+    def _transfer(self, src: int, dst: int, wait: Wait, index: int,
                   end: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        offer, started = wait.offer, wait.started
+        """One transfer until it is complete or cut (a restored one: from the stage it was in)."""
+        contact, offer = self.plan.contacts[index], wait.offer
         assert offer is not None
-        size = offer.frame.size
-        needed = 8.0 * size / contact.bandwidth_bps + contact.latency_s
-        if wait.done is None:   # a new transfer (a restored one has its end already)
-            self.recorder.transfer_started(src)
-            wait.done = self.env.timeout(needed)
-        done = wait.done
-        yield self._or_churn(done | end, self.went_offline[src], self.went_offline[dst])
-        elapsed = float(self.env.now) - started
+        if wait.kind == "transfer":
+            if wait.done is None:   # a new transfer (a restored one has its end already)
+                self.recorder.transfer_started(src)
+                now = float(self.env.now)
+                self._wait_until(wait, self.lines.send((src, dst, index), contact, now, offer.frame.size)
+                                 if self.acknowledged else
+                                 now + (8.0 * offer.frame.size / contact.bandwidth_bps + contact.latency_s))
+            if not (yield from self._arrives(src, dst, wait, contact, end)):
+                return
+            if not self.acknowledged:
+                self._completed(src, dst, wait, self.state[dst].have)
+                self._deliver(src, dst, offer)
+                return
+            # taken in by the receiver, which acknowledges it on its own link (behind what it sends)
+            mark_received(self.state[dst].have, offer)
+            self._deliver(src, dst, offer)
+            now = float(self.env.now)
+            msg = offer.frame.message(self.max_message_bytes)
+            wait.kind = "ack"
+            self._wait_until(wait, self._send_control(
+                (dst, src, index), acknowledgement(dst, offer.frame.size, msg, now, self.max_message_bytes)))
+        if (yield from self._arrives(src, dst, wait, contact, end)):
+            self._completed(src, dst, wait, self.peer_have[src, dst, index])
+
+    def _wait_until(self, wait: Wait, t: float) -> None:
+        """``wait`` ends at ``t`` (``until`` as SimPy computes the timeout's time, to the bit)."""
+        now = float(self.env.now)
+        delay = t - now
+        wait.until, wait.done = now + delay, self.env.timeout(delay)
+
+    def _arrives(self, src: int, dst: int, wait: Wait, contact: Contact,
+                 end: simpy.Event) -> Generator[simpy.Event, Any, bool]:
+        """Wait for the transfer's current stage to arrive; False (counted aborted, its bytes on
+        air wasted) when the contact's end or a device going offline cuts it first."""
+        assert wait.done is not None and wait.offer is not None
+        yield self._or_churn(wait.done | end, self.went_offline[src], self.went_offline[dst])
+        now = float(self.env.now)
+        if now >= wait.until:
+            return True
         if self.energy is not None:   # both radios busy while the transfer lasted, cut or not
-            self.energy.radio_busy(src, started, started + elapsed)
-            self.energy.radio_busy(dst, started, started + elapsed)
-        if not done.processed and elapsed < needed:
-            on_air = min(size, int(contact.bandwidth_bps * elapsed / 8.0))
-            reason = "contact ended" if end.processed else "device offline"
-            self.recorder.transfer_aborted(src, dst, on_air, reason)
-            return
-        interval = self._interval()
-        self.recorder.sent(src, size, interval)
+            self.energy.radio_busy(src, wait.started, now)
+            self.energy.radio_busy(dst, wait.started, now)
+        on_air = min(wait.offer.frame.size, int(contact.bandwidth_bps * (now - wait.started) / 8.0))
+        self.recorder.transfer_aborted(src, dst, on_air, "contact ended" if end.processed else "device offline")
+        return False
+
+    def _completed(self, src: int, dst: int, wait: Wait, dst_have: dict[PartKey, Version]) -> None:
+        """The transfer is complete: counted as sent, and the receiver's summary vector notes it."""
+        assert wait.offer is not None
+        if self.energy is not None:
+            self.energy.radio_busy(src, wait.started, float(self.env.now))
+            self.energy.radio_busy(dst, wait.started, float(self.env.now))
+        self.recorder.sent(src, wait.offer.frame.size, self._interval())
         self.recorder.transfer_completed(src)
-        mark_received(self.state[dst].have, offer)
+        mark_received(dst_have, wait.offer)
+
+    def _deliver(self, src: int, dst: int, offer: Offer) -> None:
+        """``offer`` reached ``dst``'s intake (unless the link's loss model drops it)."""
+        interval = self._interval()
         if self.schedule.loss_rate and self.rng.random() < self.schedule.loss_rate:
-            self.recorder.lost(src, dst, size, interval)
+            self.recorder.lost(src, dst, offer.frame.size, interval)
             return
         item = self.delivery.deliver(src, dst, offer.frame, float(self.env.now), interval)
         if item is not None:

@@ -226,7 +226,7 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
                              train_jitter_s=a.train_jitter_s,
                              eval_every_s=sc.evaluation.every_s or duration / 20,
                              send_policy=a.send_policy, max_age_s=a.max_age_s, loss_rate=c.loss_rate,
-                             batch_window_s=a.batch_window_s)
+                             batch_window_s=a.batch_window_s, protocol=c.protocol)
     _check_windows(loaded, schedule, checkpointing)   # before anything is opened
     forwarding = Forwarding(hop_limit=fw.hop_limit if fw.enabled else 1, parts=tuple(fw.parts),
                             buffer_items=fw.buffer_items)
@@ -276,4 +276,5 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
         "rounds": stats["trainings_per_device"],
         "contacts": {"kind": c.kind, **{k: round_float(v, 4) for k, v in plan.stats(duration).items()}},
         "asynchronous": {k: None if v is None else round_float(v, 4) for k, v in stats.items()},
+        "contact_protocol": {"protocol": c.protocol, **sim.control},
     }, plan

@@ -45,7 +45,8 @@ from p2pfed.algorithms import Received
 from p2pfed.device import Control, DeviceLoop, Intake, IntakeRules
 from p2pfed.device.exchange import (Forwarding, Frame, Holdings, Offer, Version, encode_carried, keep_to_carry,
                                     mark_received, next_offer, note_version)
-from p2pfed.device.wire import ACK_KIND, CONTROL_KINDS, HAVE_KIND, RELAY_KEY, encode_control
+from p2pfed.device.contact_protocol import acknowledgement, origin_of, summary_vector
+from p2pfed.device.wire import CONTROL_KINDS, HAVE_KIND
 from p2pfed.network.contacts import Contact
 from p2pfed.peer.runtime import POLL_SLICE_S, Peer
 from p2pfed.results.files import write_json
@@ -101,9 +102,10 @@ class ContactPeer(Peer):
         self.closing: dict[int, tuple[Session, float, float]] = {}   # ended with a transfer unacknowledged
         self.contact_stats = {"control_messages": 0, "control_bytes": 0, "late_frames": 0, "stray_acks": 0,
                               "stale_summaries": 0}
-        # simulated seconds a completed transfer took beyond the simulator's model (8 size / bandwidth
-        # + latency), and from a contact's start to its first transfer: where real peers differ
-        self.timing: dict[str, list[float]] = {"transfer_excess_s": [], "first_transfer_after_s": []}
+        # simulated seconds a completed transfer took beyond the simulator's ideal model (8 size /
+        # bandwidth + latency), from a contact's start to its first transfer, and a step or an
+        # evaluation kept this peer from the network (the simulator's devices compute in no time)
+        self.timing: dict[str, list[float]] = {"transfer_excess_s": [], "first_transfer_after_s": [], "busy_s": []}
         recorder = Recorder([cfg.id])
         loop = DeviceLoop(cfg.id, self.algo, recorder, clock=self.sim_now,
                           max_message_bytes=sc.engine.max_message_bytes, neighbours=lambda: sorted(self.sessions),
@@ -126,8 +128,8 @@ class ContactPeer(Peer):
         return min(int(now // self.eval_every), max(self.evaluations - 1, 0))
 
     # -- the contact protocol ----------------------------------------------------------------
-    def _control(self, peer: int, kind: str, meta: dict[str, Any]) -> None:
-        data = encode_control(kind, self.config.id, self.sim_now(), meta, self.loaded.scenario.engine.max_message_bytes)
+    def _control(self, peer: int, data: bytes) -> None:
+        """Send ``peer`` a protocol message (``device.contact_protocol``)."""
         self.contact_stats["control_messages"] += 1
         self.contact_stats["control_bytes"] += len(data)
         if not self.outbox.send(self.endpoints[peer], data, timeout_ms=0):
@@ -136,8 +138,8 @@ class ContactPeer(Peer):
     def _open(self, c: Contact) -> None:
         peer = c.b if c.a == self.config.id else c.a
         session = self.sessions[peer] = Session(c)
-        have = [[o, part, r, t] for (o, part), (r, t) in sorted(self.holdings.have.items())]
-        self._control(peer, HAVE_KIND, {"have": have, "contact": c.start})
+        self._control(peer, summary_vector(self.config.id, self.holdings.have, c.start, self.sim_now(),
+                                           self.loaded.scenario.engine.max_message_bytes))
         early = self.early_have.pop(peer, None)
         if early is not None and early[0] == c.start and time.time() - early[1] <= EARLY_HAVE_S:
             session.peer_have = early[2]
@@ -262,15 +264,11 @@ class ContactPeer(Peer):
         if sender is None or sender not in self.sessions:
             self.contact_stats["late_frames"] += 1   # its contact was cut: its sender counted it aborted
             return False
-        ack: dict[str, Any] = {"bytes": len(data)}
-        if msg is not None:   # received, even if refused below: not offered again (as in the simulator)
-            relay = msg.meta.get(RELAY_KEY)
-            origin = relay.get("origin") if isinstance(relay, dict) else msg.sender
-            if isinstance(origin, int):
-                part = str(msg.meta.get("part", "whole"))
-                note_version(self.holdings.have, (origin, part), (msg.round, msg.sent_at))
-                ack.update(origin=origin, part=part, round=msg.round, sent_at=msg.sent_at)
-        self._control(sender, ACK_KIND, ack)
+        origin = origin_of(msg) if msg is not None else None
+        if msg is not None and origin is not None:   # received, even if refused below: not offered again
+            note_version(self.holdings.have, (origin, str(msg.meta.get("part", "whole"))), (msg.round, msg.sent_at))
+        self._control(sender, acknowledgement(self.config.id, len(data), msg, now,
+                                              self.loaded.scenario.engine.max_message_bytes))
         self._radio_busy()
         item = self.intake.take(data, link=who, now=now, round=interval, decoded=msg, memo=wire.memo)
         if isinstance(item, Received) and keep_to_carry(self.holdings, item, self.forwarding):
@@ -317,6 +315,7 @@ class ContactPeer(Peer):
                 self._receive_until(t)
                 continue
             heapq.heappop(due)
+            began = self.sim_now()
             if kind == "end":
                 self._end(what, t)
             elif kind == "open":
@@ -328,6 +327,8 @@ class ContactPeer(Peer):
                 jitter = float(self.rng.uniform(-a.train_jitter_s, a.train_jitter_s))
                 order += 1
                 heapq.heappush(due, (t + a.train_period_s + jitter, 1, order, ("step", None)))
+            if kind in ("step", "evaluate"):
+                self.timing["busy_s"].append(self.sim_now() - began)
         deadline = time.time() + ACK_GRACE_S
         while self.closing and time.time() < deadline:   # the last contacts' acknowledgements
             self.poll(min(deadline - time.time(), POLL_SLICE_S))

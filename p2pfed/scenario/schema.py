@@ -250,12 +250,18 @@ class ContactsSection(Section):
     nodes: Literal["sorted", "most-active"] | list[int | str] = "sorted"
     allow_node_mismatch: bool = False
     allow_no_contacts: bool = False   # a trace none of whose contacts is between two of the devices
+    # ideal: a peer's summary vector read directly, a transfer done when its last byte arrives;
+    # acknowledged: real peers' summary vectors, acknowledgements and framing (engine.contact_lines)
+    protocol: Literal["ideal", "acknowledged"] = "ideal"
 
     @model_validator(mode="after")
     def _trace_needs_file(self) -> ContactsSection:
         for key in ("file", "format"):
             if self.kind == "trace" and getattr(self, key) is None:
                 raise ValueError(f"contacts.{key} is required when contacts.kind is 'trace'")
+        if self.protocol == "acknowledged" and self.loss_rate > 0:
+            raise ValueError("contacts.loss_rate drops whole messages, which an acknowledged protocol on TCP "
+                             "resends: use one or the other")
         if any(x <= 0 for x in self.area_m):
             raise ValueError(f"contacts.area_m sides must be positive, got {self.area_m}")
         return self
