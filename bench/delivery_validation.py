@@ -60,6 +60,8 @@ def main() -> int:
     parser.add_argument("--round-period", type=float, default=4.0, help="real peers' round grid, seconds")
     parser.add_argument("--setup-round-trips", type=float, default=5.0,
                         help="the simulator's topology.setup_round_trips (0: links up from the start)")
+    parser.add_argument("--framing", action="store_true",
+                        help="the simulator's topology.framing: messages take their bytes on the wire")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,12 +72,13 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 sim = run([sys.executable, "-m", "p2pfed.cli.main", "run", str(SCENARIO), "--quiet",
                            "--out", f"{tmp}/sim", *sets,
-                           "--set", f"topology.setup_round_trips={args.setup_round_trips}"])
+                           "--set", f"topology.setup_round_trips={args.setup_round_trips}",
+                           "--set", f"topology.framing={str(args.framing).lower()}"])
                 emu = run([sys.executable, "-m", "p2pfed.cli.main", "launch", str(SCENARIO), "--network", "emulated",
                            "--round-period", str(args.round_period), "--out", f"{tmp}/emu", *sets])
             row = {"latency_ms": latency_ms, "bandwidth_mbps": mbps,
                    "bytes_per_message": sim["comm"]["bytes_per_message"],
-                   "setup_round_trips": args.setup_round_trips}
+                   "setup_round_trips": args.setup_round_trips, "framing": args.framing}
             for key, label in (("delivery_time_s", ""), ("delivery_time_after_first_s", "steady_")):
                 s, e = sim["comm"][key], emu["comm"][key]
                 row |= {f"{label}sim_median_s": s["median"], f"{label}emulated_median_s": e["median"],

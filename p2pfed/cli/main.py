@@ -212,7 +212,15 @@ def cmd_peer(args: argparse.Namespace) -> int:
 def _timing(args: argparse.Namespace):
     from p2pfed.peer.config import PeerTiming
 
-    return PeerTiming(args.start_timeout, args.round_timeout, args.round_period, args.speedup)
+    if args.shared_grid and not args.round_period:
+        raise SystemExit("p2pfed: --shared-grid needs --round-period SECONDS (the grid's step)")
+    return PeerTiming(args.start_timeout, args.round_timeout, args.round_period, args.speedup, args.shared_grid)
+
+
+def _shared_grid_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shared-grid", action="store_true",
+                   help="with --round-period: every peer's round r ends at one shared start + (r + 1) periods, "
+                        "and a peer fuses then what arrived, waiting for no one (the simulator's rounds)")
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -262,8 +270,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from p2pfed.scenario.build import load_scenario_dataset
 
     loaded = _load(args)
-    if loaded.scenario.contacts.kind != "none" and args.start_at is None:
-        print(f"p2pfed: plan: {loaded.source}: contacts: every host must count simulated time from one instant; "
+    if (loaded.scenario.contacts.kind != "none" or args.shared_grid) and args.start_at is None:
+        why = "--shared-grid" if args.shared_grid else "contacts"
+        print(f"p2pfed: plan: {loaded.source}: {why}: every host must count time from one instant; "
               "give --start-at UNIX_TIME (clocks synchronised, e.g. by NTP)", file=sys.stderr)
         return 2
     _check_outputs(Path(args.out))
@@ -349,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a round lasts at least this long on the wall clock (default 0: no pacing)")
     p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
                    help="seconds before unfinished peers are killed")
+    _shared_grid_arg(p)
     p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
                    help="over contacts: simulated seconds per wall-clock second (links X times faster, "
                         "latencies X times shorter)")
@@ -377,9 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
                    help="over contacts: simulated seconds per wall-clock second (links X times faster, "
                         "latencies X times shorter)")
+    _shared_grid_arg(p)
     p.add_argument("--start-at", type=POSITIVE_SECONDS, metavar="UNIX_TIME",
-                   help="over contacts: the unix time of simulated time 0 on every host (clocks synchronised, "
-                        "e.g. by NTP; default: each peer's own start)")
+                   help="over contacts or with --shared-grid: the unix time of (simulated) time 0 on every host "
+                        "(clocks synchronised, e.g. by NTP; default: each peer's own start)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")

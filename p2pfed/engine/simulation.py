@@ -30,6 +30,7 @@ import torch
 from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
+from p2pfed.device.contact_protocol import wire_bytes
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
 from p2pfed.results.energy import EnergyMeter
@@ -75,7 +76,7 @@ class Simulation:
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
                  precision: str = "float32", energy: EnergyMeter | None = None,
-                 setup_round_trips: float = 0.0) -> None:
+                 setup_round_trips: float = 0.0, framing: bool = False) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
@@ -86,7 +87,9 @@ class Simulation:
         receives until a recharge (it is still evaluated on the model it holds).
         ``setup_round_trips``: a link's first byte leaves no earlier than that many round trips
         (2 x its latency) after the run starts, the time a real connection takes to open
-        (``topology.setup_round_trips``)."""
+        (``topology.setup_round_trips``); ``framing``: a message occupies its link for its bytes on
+        the wire, framing and TCP/IP headers included (``device.contact_protocol.wire_bytes``;
+        ``topology.framing``), not its encoded bytes alone."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -108,6 +111,7 @@ class Simulation:
         self.next_round = 0
         self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
         self.setup_round_trips = setup_round_trips      # before its first use: when its connection is up
+        self.framing = framing
         self.in_flight: dict[int, Transfer] = {}
         self._transfer_ids = 0
         self._active: tuple[int, np.ndarray] | None = None
@@ -189,7 +193,7 @@ class Simulation:
             self.recorder.transfer_started(src)
             edge = edges[dst]
             start = max(now, self.free_at.get((src, dst), self.setup_round_trips * 2 * edge["latency_s"]))
-            done = start + 8.0 * size / edge["bandwidth_bps"]
+            done = start + 8.0 * (wire_bytes(size) if self.framing else size) / edge["bandwidth_bps"]
             self.free_at[src, dst] = done
             if self.energy is not None:   # both radios busy while the bytes are on the link
                 self.energy.radio_busy(src, start, done)

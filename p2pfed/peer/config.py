@@ -44,8 +44,9 @@ class PeerTiming:
     round_timeout_s: float = 30.0
     round_period_s: float = 0.0
     speedup: float = 1.0
+    shared_grid: bool = False
 
-    def fields(self) -> dict[str, float]:
+    def fields(self) -> dict[str, float | bool]:
         return asdict(self)
 
 
@@ -82,6 +83,9 @@ class PeerConfig(_Section):
     start_time: float | None = Field(None, description="unix time that elapsed times count from (over "
                                                        "contacts: when simulated time 0 is, the same on every peer)")
     speedup: float = Field(1.0, gt=0, description="over contacts: simulated seconds per wall-clock second")
+    shared_grid: bool = Field(False, description="rounds on one wall-clock grid from start_time, as the simulator's: "
+                                                 "round r ends at start_time + (r + 1) round_period_s on every peer, "
+                                                 "which fuses then what arrived, waiting for no one")
 
     @field_validator("listen")
     @classmethod
@@ -100,6 +104,9 @@ class PeerConfig(_Section):
     def _not_self(self) -> PeerConfig:
         if any(n.id == self.id for n in self.neighbours):
             raise ValueError(f"peer {self.id} lists itself as a neighbour")
+        if self.shared_grid and (self.round_period_s <= 0 or self.start_time is None):
+            raise ValueError("shared_grid needs round_period_s > 0 and start_time (the grid's origin, the same "
+                             "on every peer)")
         return self
 
 

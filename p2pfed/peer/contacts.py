@@ -243,15 +243,11 @@ class ContactPeer(Peer):
 
     def handle(self, frame: zmq.Frame) -> bool:
         """One incoming frame: a control message, or a transfer taken in while its contact lasts."""
-        who: int | None = None
         now = self.sim_now()
         interval = self._interval(now)
-        if self.secure:
-            try:
-                who = int(frame.get("User-Id"))
-            except (zmq.ZMQError, ValueError, TypeError):
-                self.intake.refuse(None, interval, "identity", "no authenticated peer id on the message")
-                return False
+        usable, who = self.authenticated(frame, interval)
+        if not usable:
+            return False
         data = frame.bytes
         wire = Frame(data)
         msg = wire.message(self.loaded.scenario.engine.max_message_bytes)

@@ -72,7 +72,7 @@ def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: 
     bundle = out / "bundle"
     endpoints = [f"tcp://{host_address(i)}:{DEFAULT_PORT}" for i in range(n)]
     contacts = loaded.scenario.contacts.kind != "none"
-    start_time = contact_start_time(n) if contacts else None
+    start_time = contact_start_time(n) if contacts or timing.shared_grid else None
     write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing, start_time=start_time)
     env = peer_environment()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the venv's p2pfed

@@ -82,7 +82,7 @@ def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[
     keys_dir = out / "keys"
     if not insecure:
         make_keys(keys_dir, [f"peer-{i}" for i in range(n)])
-    start_time = time.time() if sc.contacts.kind == "none" else contact_start_time(n)
+    start_time = contact_start_time(n) if sc.contacts.kind != "none" or timing.shared_grid else time.time()
     configs, out_dirs = [], []
     for i in range(n):
         d = out / "peers" / f"peer-{i}"

@@ -207,15 +207,22 @@ class Peer:
         if who in self.endpoints:
             self.outbox.disconnect(self.endpoints[who])
 
+    def authenticated(self, frame: zmq.Frame, round: int) -> tuple[bool, int | None]:
+        """(usable, the peer id CURVE authenticated the frame's sender as; None when insecure). A
+        secure frame without one is refused, counted under ``round``."""
+        if not self.secure:
+            return True, None
+        try:
+            return True, int(frame.get("User-Id"))
+        except (zmq.ZMQError, ValueError, TypeError):
+            self.intake.refuse(None, round, "identity", "no authenticated peer id on the message")
+            return False, None
+
     def handle(self, frame: zmq.Frame) -> bool:
         """Take one incoming frame in through the intake; True if it was accepted."""
-        who: int | None = None
-        if self.secure:
-            try:
-                who = int(frame.get("User-Id"))
-            except (zmq.ZMQError, ValueError, TypeError):
-                self.intake.refuse(None, self.next_round, "identity", "no authenticated peer id on the message")
-                return False
+        usable, who = self.authenticated(frame, self.next_round)
+        if not usable:
+            return False
         self._radio_busy()
         item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
         if item is None:
@@ -291,6 +298,11 @@ class Peer:
             else:
                 self.send_failed += 1
 
+    def _sleep_until(self, t: float) -> None:
+        """Keep receiving until monotonic time ``t``."""
+        while (left := t - time.monotonic()) > 0:
+            self.poll(min(left, POLL_SLICE_S))
+
     def _wait_for(self, r: int) -> None:
         """Until every live neighbour's round-``r`` artifacts are in, or the round's deadline."""
         # Only a fresh start waits long for neighbours to come up; a resumed peer's are running.
@@ -356,6 +368,9 @@ class Peer:
         if self.resumed_from:
             self._ask_to_resend()
         period, paced_from = self.config.round_period_s, None
+        if self.config.shared_grid:   # round r from start_time + r periods, on every peer alike
+            paced_from = time.monotonic() + (self.start_time - time.time())
+            self._sleep_until(paced_from + self.next_round * period)
         for r in range(self.next_round, sc.rounds):
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
             for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
@@ -365,17 +380,16 @@ class Peer:
                 self.energy.charge_step(0, self.loop.work_flops, self.loop.fusion_flops)
             for out in outgoing:
                 self._share(out.data, r, to=out.to)
-            if outgoing:   # every peer runs the same method: none waits if none shares
+            if outgoing and not self.config.shared_grid:   # the same method everywhere: none waits if none shares
                 self._wait_for(r)
             # Pacing on one grid, as the simulator's rounds: the first round of this run ends when its
             # wait does (for a fresh start, the barrier at which every neighbour has shared round 0),
             # and round r ends (r - first) periods later, however long each round took, so peers that
-            # started at different times do not stay offset by it.
+            # started at different times do not stay offset by it. On a shared grid every peer's
+            # round r ends at start_time + (r + 1) periods and nobody is waited for.
             if paced_from is None:
                 paced_from = time.monotonic() - (r + 1) * period
-            round_end = paced_from + (r + 1) * period
-            while (left := round_end - time.monotonic()) > 0:  # keep receiving meanwhile
-                self.poll(min(left, POLL_SLICE_S))
+            self._sleep_until(paced_from + (r + 1) * period)
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
             if self.energy is not None:
                 self.energy.snapshot(r)

@@ -161,6 +161,9 @@ class TopologySection(Section):
     # Round trips a link's connection takes to open before its first byte can leave (TCP, ZeroMQ's
     # greeting and handshake, CURVE's): real peers pay them once per link, the simulator at 0 never.
     setup_round_trips: float = Field(default=0.0, ge=0)
+    # A message occupies its link for its bytes on the wire (ZeroMQ/CurveZMQ framing, TCP/IPv4
+    # headers per segment: device.contact_protocol.wire_bytes), not its encoded bytes alone.
+    framing: bool = False
 
     @model_validator(mode="after")
     def _file_when_needed(self) -> TopologySection:
@@ -468,6 +471,10 @@ class Scenario(Section):
             if "sybil" in adversary.kinds and not self.forwarding.enabled:
                 raise ValueError(f"adversaries.{i}.kind: sybil sends its share under other devices' ids as carried "
                                  "copies, which receivers accept only with forwarding.enabled: true (contacts)")
+        if self.topology.framing and self.contacts.kind != "none":
+            raise ValueError("topology.framing: times the messages of synchronous rounds' static links; over "
+                             "contacts use contacts.protocol: acknowledged (framing, summary vectors, "
+                             "acknowledgements)")
         if self.topology.setup_round_trips > 0 and self.contacts.kind != "none":
             raise ValueError("topology.setup_round_trips: models the connections of synchronous rounds' static "
                              f"links; the contact runtime (contacts.kind: {self.contacts.kind!r}) does not use it")
