@@ -12,7 +12,7 @@ protocol's own bytes (connection set-up, summary vectors, acknowledgements) weig
 transfer. The simulator runs each setting once per contact protocol model (``contacts.protocol``:
 ``ideal``, the runtime's default, and ``acknowledged``, real peers' summary vectors,
 acknowledgements and framing). Writes ``contacts.csv`` (per setting, counter and protocol model:
-simulator, emulated, ratio, within 10 %), ``runs/`` (every run's results) and ``contacts.png`` into
+simulator, emulated, ratio, within 10 %), ``summaries/`` (every run's results) and ``contacts.png`` into
 OUT. Needs root (namespaces); about 40 minutes at the default speed-up:
 
     sudo python bench/contact_validation.py OUT [--speedup 10] [--sources trace,poisson] [--links 1mbps,4kbps]
@@ -71,11 +71,11 @@ def compare(cli: list[str], out: Path, links: str, source: str, speedup: float,
     sets = [a for s in COMMON + LINKS[links] + SOURCES[source] for a in ("--set", s)]
     name = f"{links}-{source}"
     real = run(cli + ["launch", str(SCENARIO), *sets, "--network", "emulated", "--speedup", str(speedup),
-                      "--timeout", "2400", "--out", str(out / "runs" / f"{name}-emulated")])
+                      "--timeout", "2400", "--out", str(out / "summaries" / f"{name}-emulated")])
     rows = []
     for protocol in protocols:
         sim = run(cli + ["run", str(SCENARIO), *sets, "--set", f"contacts.protocol={protocol}",
-                         "--out", str(out / "runs" / f"{name}-sim-{protocol}")])
+                         "--out", str(out / "summaries" / f"{name}-sim-{protocol}")])
         for counter in COUNTERS:
             a, b = sim["comm"][counter], real["comm"][counter]
             ratio = b / a if a else (1.0 if b == a else float("inf"))

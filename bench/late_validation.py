@@ -14,7 +14,7 @@ the same artifacts in every round (training is deterministic). The real peers ru
 grid (``--shared-grid``: round r ends at the same instant on every peer, nobody is waited for,
 as in the simulator); the simulator runs with and without ``topology.framing`` (a message's
 framing and TCP/IP header bytes on its link). Writes ``late.csv`` (per device), ``rounds.csv``
-(per round) and ``runs/`` into OUT. Needs root (namespaces); about two minutes:
+(per round) and ``summaries/`` into OUT. Needs root (namespaces); about two minutes:
 
     sudo python bench/late_validation.py OUT [--rounds 8] [--round-period 1.0] [--slow-mbps 0.25]
 """
@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--framing", default="false,true", help="the simulator's topology.framing values to run")
     args = parser.parse_args()
     out = Path(args.out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "summaries").mkdir(parents=True, exist_ok=True)
     topology = out / "topology.edgelist"
     topology.write_text("".join(
         f"{a} {b} {(args.slow_mbps if (a, b) in SLOW_LINKS else args.fast_mbps) * 1e6} {args.latency_ms / 1000}\n"
@@ -69,12 +69,12 @@ def main() -> int:
     cli = [sys.executable, "-m", "p2pfed.cli.main"]
     emu, emu_devices, emu_rounds = run(cli + ["launch", str(SCENARIO), "--network", "emulated", "--round-period",
                                               str(args.round_period), "--shared-grid", *sets,
-                                              "--out", str(out / "runs" / "emulated")])
+                                              "--out", str(out / "summaries" / "emulated")])
     device_rows, round_rows, delivery = [], [], {"emulated": emu["comm"]["delivery_time_s"]}
     for framing in args.framing.split(","):
         sim, sim_devices, sim_rounds = run(cli + ["run", str(SCENARIO), "--quiet", *sets, "--set",
                                                   f"topology.framing={framing}",
-                                                  "--out", str(out / "runs" / f"sim-framing-{framing}")])
+                                                  "--out", str(out / "summaries" / f"sim-framing-{framing}")])
         delivery[f"sim framing {framing}"] = sim["comm"]["delivery_time_s"]
         for s, e in zip(sim_devices, emu_devices, strict=True):
             row = {"framing": framing, "device": s["device"]}

@@ -25,9 +25,10 @@ others. What a real peer must do that the simulator reads off its own state:
   taken in just before the end whose acknowledgement the closing link then lost is counted aborted
   by its sender, though its receiver has it: the two sides cannot agree on it, as in any protocol.)
 
-So the comparison with the simulator (``bench/contact_validation.py``) measures what the protocol
-adds — a latency for the summary vectors, a latency per acknowledgement, connection setup, the
-peer's own compute time — and what the network does.
+The messages are built by ``device.contact_protocol``, which the simulator also uses when it models
+this protocol (``contacts.protocol: acknowledged``); the comparison (``bench/contact_validation.py``)
+measures what remains — connection set-up, TCP's resends across contacts, the peer's own compute
+time — and what the network does.
 """
 
 from __future__ import annotations

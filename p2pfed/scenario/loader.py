@@ -383,11 +383,19 @@ def fingerprint(loaded: LoadedScenario) -> str:
     return json.dumps(scenario if not code else {"scenario": scenario, "user_code": code}, sort_keys=True)
 
 
+# Fields added after runs were committed, left out of the resolved scenario while at their default,
+# so that earlier sweeps' cells (``sweeps.cells.cell_id``) and checkpoints still match it.
+ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("contacts", "protocol"): "ideal"}
+
+
 def dump(loaded: LoadedScenario) -> dict[str, Any]:
     """The fully resolved scenario (defaults filled in), for summary.json and reproducibility."""
     data = copy.deepcopy(loaded.scenario.model_dump())
     if not loaded.scenario.devices.opted_in():   # a scenario without it reads (and resumes) as before
         del data["devices"]
+    for (section, key), default in ADDED_LATER.items():
+        if data[section][key] == default:
+            del data[section][key]
     data["algorithm"] = {"name": loaded.scenario.algorithm.name,
                          **algorithm_options(loaded).model_dump()}
     return data
