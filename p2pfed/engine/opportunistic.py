@@ -475,6 +475,9 @@ class OpportunisticSimulation:
             # taken in by the receiver, which acknowledges it on its own link (behind what it sends)
             mark_received(self.state[dst].have, offer)
             self._deliver(src, dst, offer)
+            if end.processed:   # it arrived as the contact ended: no acknowledgement can cross
+                self._cut(src, dst, wait, contact, end)
+                return
             now = float(self.env.now)
             msg = offer.frame.message(self.max_message_bytes)
             wait.kind = "ack"
@@ -495,15 +498,20 @@ class OpportunisticSimulation:
         air wasted) when the contact's end or a device going offline cuts it first."""
         assert wait.done is not None and wait.offer is not None
         yield self._or_churn(wait.done | end, self.went_offline[src], self.went_offline[dst])
-        now = float(self.env.now)
-        if now >= wait.until:
+        if float(self.env.now) >= wait.until:
             return True
+        self._cut(src, dst, wait, contact, end)
+        return False
+
+    def _cut(self, src: int, dst: int, wait: Wait, contact: Contact, end: simpy.Event) -> None:
+        """The transfer was cut now: aborted, its bytes on air wasted."""
+        assert wait.offer is not None
+        now = float(self.env.now)
         if self.energy is not None:   # both radios busy while the transfer lasted, cut or not
             self.energy.radio_busy(src, wait.started, now)
             self.energy.radio_busy(dst, wait.started, now)
         on_air = min(wait.offer.frame.size, int(contact.bandwidth_bps * (now - wait.started) / 8.0))
         self.recorder.transfer_aborted(src, dst, on_air, "contact ended" if end.processed else "device offline")
-        return False
 
     def _completed(self, src: int, dst: int, wait: Wait, dst_have: dict[PartKey, Version]) -> None:
         """The transfer is complete: counted as sent, and the receiver's summary vector notes it."""

@@ -64,8 +64,9 @@ START_MARGIN_S = 10.0  # launchers: simulated time 0 this long (plus a second pe
 
 
 def contact_start_time(peers: int) -> float:
-    """The shared ``start_time`` a launcher gives peers over contacts: late enough that every
-    peer has loaded its data and model (they start together on one clock)."""
+    """The shared ``start_time`` a launcher gives peers over contacts or on a shared round grid:
+    late enough that every peer has loaded its data and model and connected (they start together
+    on one clock)."""
     return time.time() + START_MARGIN_S + 1.0 * peers
 
 
