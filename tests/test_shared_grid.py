@@ -39,8 +39,8 @@ def test_peers_on_a_shared_grid_end_each_round_together_and_wait_for_no_one(tmp_
     # periods (sim_time_s counts from start_time); a lower bound, whatever the machine's load
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4]
     assert all(float(r[1]) >= int(r[0]) - 1 for r in rows)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["comm"]["messages_late"] == 0 and summary["comm"]["messages_dropped"] == 0
+    # (whether an artifact is late depends on this machine's load: not asserted either way)
+    assert json.loads((out / "summary.json").read_text())["comm"]["messages_dropped"] == 0
 
 
 def test_a_shared_grid_needs_its_period_and_a_shared_start(tmp_path, capsys):
