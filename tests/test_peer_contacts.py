@@ -107,6 +107,7 @@ def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
     assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (the emulated-LAN test below stays in the default suite)
 def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
     loaded = _loaded(4)
     simulated = run_scenario(loaded, None, progress=False)
