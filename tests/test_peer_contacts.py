@@ -107,7 +107,7 @@ def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
     assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
 
 
-@pytest.mark.slow   # in the slow set .ci/run also runs (the emulated-LAN test below stays in the default suite)
+@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
     loaded = _loaded(4)
     simulated = run_scenario(loaded, None, progress=False)
@@ -117,6 +117,7 @@ def test_real_peers_keep_to_the_contact_plan_on_loopback(tmp_path):
     assert summary["runtime"]["secure"]
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_real_peers_over_contacts_on_the_emulated_lan(tmp_path, permitted):
     """Six CURVE peers, each its own host, links up only during the plan's contacts: transfers cut
     by a contact's end are aborted (the simulator cuts some), and no namespace is left."""

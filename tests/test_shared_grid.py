@@ -20,6 +20,7 @@ TINY = ["dataset.synthetic.num_devices=3", "dataset.synthetic.samples_per_class=
         "topology.kind=complete", "rounds=4", "algorithm.name=gossip-avg"]
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_peers_on_a_shared_grid_end_each_round_together_and_wait_for_no_one(tmp_path, capsys):
     out = tmp_path / "grid"
     began = time.time()

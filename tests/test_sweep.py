@@ -50,6 +50,7 @@ def two_worker_sweep(tmp_path_factory) -> tuple[Path, Path]:
     return sweep, out
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, capsys):
     sweep, out2 = two_worker_sweep
     out1 = tmp_path / "out1"
@@ -368,6 +369,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     assert all(r["status"] == "done" for r in rows(out / "sweep.csv"))
 
 
+@pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_collaboration_gain_reads_a_data_fraction_sweep(tmp_path, capsys):
     """bench/collaboration_gain.py: per fraction, each method against local training at the same
     fraction (the paired row of paired.csv, sign turned so that a gain is method - local)."""
