@@ -17,6 +17,7 @@ import yaml
 
 from p2pfed.algorithms import ALGORITHMS
 from p2pfed.cli.main import main
+from p2pfed.sweeps import store
 from p2pfed.sweeps.aggregate import mean_ci
 from p2pfed.sweeps.cells import expand, resolve
 from p2pfed.sweeps.spec import SweepSpec, read_sweep
@@ -424,3 +425,33 @@ def _check_paired_table(printed: str, paired: list[dict[str, str]], protocol: st
             continue
         assert cell_text.startswith("**") == (float(r["p_adjusted"]) < 0.05)
         assert signed(float(r["f1_diff"])) in cell_text
+
+
+def test_pool_seeds_joins_seeds_run_later_and_refuses_another_setting(two_worker_sweep, tmp_path, capsys):
+    """bench/pool_seeds.py: seeds added later in another folder join the first folder's table as
+    one sweep of more seeds; a run repeated in both must agree; another setting is refused."""
+    sweep, out = two_worker_sweep
+    more = tmp_path / "more"
+    assert main(["sweep", str(sweep), "--out", str(more), "--seeds", "2,3", "--workers", "1", "--quiet"]) == 0
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import pool_seeds
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert pool_seeds.main([str(tmp_path / "pooled"), str(out), str(more)]) == 0
+    summary = rows(tmp_path / "pooled" / "summary.csv")
+    assert len(summary) == 4 and {r["n"] for r in summary} == {"3"}          # 2 methods x 2 rates, seeds 1-3
+    paired = rows(tmp_path / "pooled" / "paired.csv")
+    assert {r["n"] for r in paired} == {"3"} and {r["unit"] for r in paired} == {"seed"}
+    other = tmp_path / "other"
+    assert main(["sweep", str(sweep), "--out", str(other), "--seeds", "4", "--set", "rounds=3", "--workers", "1",
+                 "--quiet"]) == 0
+    with pytest.raises(SystemExit, match=r"another setting than .* \(rounds\)"):
+        pool_seeds.pool([out, other])
+    _, _, points = store.read_manifest(more)       # a run repeated in both folders that disagrees
+    summary_file = store.cell_dir(more, next(p.cell for p in points if p.seed == 2)) / "summary.json"
+    data = json.loads(summary_file.read_text())
+    data["final"]["f1_macro_mean"] += 0.01
+    summary_file.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="gave another F1"):
+        pool_seeds.pool([out, more])
