@@ -56,8 +56,8 @@ SOURCES = {
 }
 
 
-def run(cmd: list[str]) -> dict:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3000)
+def run(cmd: list[str], timeout_s: float = 3000) -> dict:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:8])}...: {done.stderr[-2000:]}")
     out = Path(cmd[cmd.index("--out") + 1])
@@ -70,8 +70,10 @@ def compare(cli: list[str], out: Path, links: str, source: str, speedup: float,
     counter and model."""
     sets = [a for s in COMMON + LINKS[links] + SOURCES[source] for a in ("--set", s)]
     name = f"{links}-{source}"
+    wall_s = 2400 * max(1.0, 10 / speedup)     # the longest setting (two hours) at 10x took 12 minutes
     real = run(cli + ["launch", str(SCENARIO), *sets, "--network", "emulated", "--speedup", str(speedup),
-                      "--timeout", "2400", "--out", str(out / "summaries" / f"{name}-emulated")])
+                      "--timeout", str(int(wall_s)), "--out", str(out / "summaries" / f"{name}-emulated")],
+               timeout_s=wall_s + 600)
     rows = []
     for protocol in protocols:
         sim = run(cli + ["run", str(SCENARIO), *sets, "--set", f"contacts.protocol={protocol}",

@@ -13,6 +13,9 @@ simulator's and the emulated median and p95 of all messages and after the first,
 and the 10 % verdicts) and ``delivery.png`` into OUT. Needs root (namespaces):
 
     sudo python bench/delivery_validation.py OUT [--latency-ms 5,50,200] [--bandwidth-mbps 1,10,100]
+
+With ``--congestion-control reno --slow-start`` the hosts run Reno (as CUBIC, it restarts slow
+start after an idle link) and the simulator models that restart (``topology.slow_start``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ def main() -> int:
                         help="the simulator's topology.setup_round_trips (0: links up from the start)")
     parser.add_argument("--framing", action="store_true",
                         help="the simulator's topology.framing: messages take their bytes on the wire")
+    parser.add_argument("--slow-start", action="store_true",
+                        help="the simulator's topology.slow_start: messages leave in TCP's congestion window")
+    parser.add_argument("--congestion-control", metavar="NAME",
+                        help="the emulated hosts' TCP congestion control (default: the kernel's), e.g. reno")
+    parser.add_argument("--stem", default="delivery", help="output files STEM.csv and STEM.png")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,12 +81,15 @@ def main() -> int:
                 sim = run([sys.executable, "-m", "p2pfed.cli.main", "run", str(SCENARIO), "--quiet",
                            "--out", f"{tmp}/sim", *sets,
                            "--set", f"topology.setup_round_trips={args.setup_round_trips}",
-                           "--set", f"topology.framing={str(args.framing).lower()}"])
+                           "--set", f"topology.framing={str(args.framing).lower()}",
+                           "--set", f"topology.slow_start={str(args.slow_start).lower()}"])
                 emu = run([sys.executable, "-m", "p2pfed.cli.main", "launch", str(SCENARIO), "--network", "emulated",
-                           "--round-period", str(args.round_period), "--out", f"{tmp}/emu", *sets])
+                           "--round-period", str(args.round_period), "--out", f"{tmp}/emu", *sets,
+                           *(["--congestion-control", args.congestion_control] if args.congestion_control else [])])
             row = {"latency_ms": latency_ms, "bandwidth_mbps": mbps,
                    "bytes_per_message": sim["comm"]["bytes_per_message"],
-                   "setup_round_trips": args.setup_round_trips, "framing": args.framing}
+                   "setup_round_trips": args.setup_round_trips, "framing": args.framing,
+                   "slow_start": args.slow_start, "congestion_control": emu["runtime"]["network"]["congestion_control"]}
             for key, label in (("delivery_time_s", ""), ("delivery_time_after_first_s", "steady_")):
                 s, e = sim["comm"][key], emu["comm"][key]
                 row |= {f"{label}sim_median_s": s["median"], f"{label}emulated_median_s": e["median"],
@@ -90,7 +101,7 @@ def main() -> int:
                                                and abs(row[f"{label}p95_ratio"] - 1) <= TOLERANCE)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    with (out / "delivery.csv").open("w", newline="") as f:
+    with (out / f"{args.stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -110,7 +121,7 @@ def main() -> int:
     axes[0].set_ylabel("emulated / simulated delivery time")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "delivery.png", dpi=120)
+    fig.savefig(out / f"{args.stem}.png", dpi=120)
     return 0
 
 

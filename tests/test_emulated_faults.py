@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from p2pfed.network.lan import LanError, check_permitted, namespaces_alive
+from p2pfed.network.lan import LanError, check_permitted, congestion_controls, namespaces_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -99,6 +99,7 @@ def test_five_percent_loss_on_every_link_loses_no_message(tmp_path):
     summary = _run(tmp_path, None, "--loss", "0.05", "--round-timeout", "10")   # time for TCP's resends
     network = summary["runtime"]["network"]
     assert network["lost"] > 0 and network["loss"] == 0.05
+    assert network["congestion_control"] == congestion_controls()[0]   # the kernel's, recorded
     for report in summary["peers"].values():
         assert report["rounds_done"] == ROUNDS
         # TCP resends what the links lose: every neighbour's every round heard, none waited out (the

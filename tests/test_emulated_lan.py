@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pfed.network.lan import EmulatedLan, namespaces_alive
+from p2pfed.network.lan import EmulatedLan, LanError, congestion_controls, namespaces_alive
 from p2pfed.network.linkemu import LinkModel, LinkScheduler, ipv4_addresses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +97,24 @@ print(connect,sent)""", tmp_path / "client.log")
     stats = json.loads((tmp_path / "net" / "network.json").read_text())
     assert stats["links"]["10.77.0.1>10.77.0.2"]["bytes"] > 250000 and stats["unlinked"] >= 1
     assert namespaces_alive(json.loads((tmp_path / "net" / "lan.json").read_text())["namespaces"]) == []
+
+
+def test_hosts_run_the_congestion_control_asked_for_and_one_a_namespace_may_not_use_is_refused(tmp_path, permitted):
+    """Reno and CUBIC restart slow start after idle, BBR does not, so a delivery time depends on
+    it (``topology.slow_start``); the kernel's default is what namespaces inherit."""
+    default, allowed = congestion_controls()
+    link = LinkModel(latency_s=0.001, bandwidth_bps=1e8)
+    code = ("import socket\ns=socket.socket()\n"
+            "print(s.getsockopt(socket.IPPROTO_TCP,socket.TCP_CONGESTION,16).rstrip(b'\\0').decode())")
+    for wanted in (None, "reno"):
+        with EmulatedLan(1, {}, tmp_path / f"net-{wanted}", congestion_control=wanted) as lan:
+            assert _python_on(lan, 0, code, tmp_path / "cc.log").wait(timeout=30) == 0
+            assert lan.congestion_control == (wanted or default)
+        assert (tmp_path / "cc.log").read_text().strip() == (wanted or default)
+    refused = next(name for name in ("cubic", "bbr", "no-such-algorithm") if name not in allowed.split())
+    with pytest.raises(LanError, match=f"congestion control '{refused}': a network namespace may use only"):
+        with EmulatedLan(2, {(0, 1): link, (1, 0): link}, tmp_path / "refused", congestion_control=refused):
+            pass
 
 
 def _launch(out: Path, *extra: str) -> list[str]:

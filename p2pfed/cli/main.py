@@ -236,8 +236,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.insecure:
         insecure_warning("every launched peer")
     emulated = args.network == "emulated"
-    if not emulated and (args.loss or args.jitter or args.faults):
-        print("p2pfed: launch: --loss, --jitter and --faults act on emulated links: add --network emulated",
+    if not emulated and (args.loss or args.jitter or args.faults or args.congestion_control):
+        print("p2pfed: launch: --loss, --jitter, --faults and --congestion-control act on emulated links: "
+              "add --network emulated",
               file=sys.stderr)
         return 2
     where = "an emulated LAN (one namespace per peer)" if emulated else "127.0.0.1"
@@ -252,7 +253,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             faults = load_faults(Path(args.faults), len(load_scenario_dataset(loaded).devices)) if args.faults else None
             summary = launch_emulated(loaded, out, insecure=args.insecure, loss=args.loss, jitter_s=args.jitter,
                                       faults=faults, faults_source=args.faults or "faults",
-                                      timeout_s=args.timeout, timing=_timing(args))
+                                      timeout_s=args.timeout, timing=_timing(args),
+                                      congestion_control=args.congestion_control)
         else:
             summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
                              out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
@@ -371,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="emulated: each packet's latency varies uniformly by up to this much (order kept)")
     p.add_argument("--faults", metavar="FILE", help="emulated: a YAML file of slow links, partitions and killed "
                    "peers, by round (see scenarios/REFERENCE.md)")
+    p.add_argument("--congestion-control", metavar="NAME",
+                   help="emulated: the hosts' TCP congestion control, e.g. reno (default: the kernel's, which "
+                        "namespaces inherit; Reno and CUBIC restart slow start after idle: topology.slow_start)")
     p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("plan", help="write one folder per peer (peer file, scenario, keys, start.sh) for real hosts")

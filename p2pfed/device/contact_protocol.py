@@ -20,11 +20,11 @@ from typing import Any
 
 from p2pfed.device.exchange import PartKey, Version
 from p2pfed.device.wire import ACK_KIND, HAVE_KIND, RELAY_KEY, encode_control
+from p2pfed.network.slow_start import SEGMENT_BYTES
 from p2pfed.transport import Message
 
 # ZMTP 3.1 long-frame header (9) + CurveZMQ MESSAGE: command name (8), nonce (8), tag (16), flags (1)
 FRAMING_BYTES = 42
-SEGMENT_BYTES = 1448   # TCP payload per segment on a 1500-byte Ethernet MTU with timestamps
 HEADER_BYTES = 52      # IPv4 (20) + TCP (20) + timestamp option (12) per segment
 
 

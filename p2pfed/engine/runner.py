@@ -185,7 +185,8 @@ def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.G
                      max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
                      class_schedule=class_schedule,
                      batched_training=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
-                     setup_round_trips=sc.topology.setup_round_trips, framing=sc.topology.framing)
+                     setup_round_trips=sc.topology.setup_round_trips, framing=sc.topology.framing,
+                     slow_start=sc.topology.slow_start)
     mark = fingerprint(loaded)
     try:
         if checkpointing is not None and checkpointing.path.exists():

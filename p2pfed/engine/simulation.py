@@ -31,6 +31,8 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.data.dynamic import ClassSchedule
 from p2pfed.device import DeviceLoop, IntakeRules, Outgoing, act_together
 from p2pfed.device.contact_protocol import wire_bytes
+from p2pfed.network.slow_start import Window
+from p2pfed.network.slow_start import send as send_in_flights
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
 from p2pfed.results.energy import EnergyMeter
@@ -76,7 +78,7 @@ class Simulation:
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
                  precision: str = "float32", energy: EnergyMeter | None = None,
-                 setup_round_trips: float = 0.0, framing: bool = False) -> None:
+                 setup_round_trips: float = 0.0, framing: bool = False, slow_start: bool = False) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
@@ -89,7 +91,9 @@ class Simulation:
         (2 x its latency) after the run starts, the time a real connection takes to open
         (``topology.setup_round_trips``); ``framing``: a message occupies its link for its bytes on
         the wire, framing and TCP/IP headers included (``device.contact_protocol.wire_bytes``;
-        ``topology.framing``), not its encoded bytes alone."""
+        ``topology.framing``), not its encoded bytes alone; ``slow_start``: a message leaves in
+        flights of TCP's congestion window, restarted after the link was idle
+        (``network.slow_start``; ``topology.slow_start``)."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -112,6 +116,7 @@ class Simulation:
         self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
         self.setup_round_trips = setup_round_trips      # before its first use: when its connection is up
         self.framing = framing
+        self.windows: dict[tuple[int, int], Window] | None = {} if slow_start else None   # per link direction
         self.in_flight: dict[int, Transfer] = {}
         self._transfer_ids = 0
         self._active: tuple[int, np.ndarray] | None = None
@@ -193,7 +198,12 @@ class Simulation:
             self.recorder.transfer_started(src)
             edge = edges[dst]
             start = max(now, self.free_at.get((src, dst), self.setup_round_trips * 2 * edge["latency_s"]))
-            done = start + 8.0 * (wire_bytes(size) if self.framing else size) / edge["bandwidth_bps"]
+            on_wire = wire_bytes(size) if self.framing else size
+            if self.windows is None:
+                done = start + 8.0 * on_wire / edge["bandwidth_bps"]
+            else:
+                window = self.windows.setdefault((src, dst), Window())
+                done = send_in_flights(window, start, on_wire, edge["bandwidth_bps"], 2 * edge["latency_s"])
             self.free_at[src, dst] = done
             if self.energy is not None:   # both radios busy while the bytes are on the link
                 self.energy.radio_busy(src, start, done)
@@ -254,6 +264,7 @@ class Simulation:
             "time": float(self.env.now),
             **devices_state(self.loops, self.delivery, self.recorder, self.rng, self.energy),
             "free_at": [[s, d, t] for (s, d), t in sorted(self.free_at.items())],
+            "windows": [[s, d, w.segments, w.last_sent_at] for (s, d), w in sorted((self.windows or {}).items())],
             "in_flight": [{"src": t.src, "dst": t.dst, "round": t.round, "done_at": t.done_at,
                            "arrive_at": t.arrive_at, "completed": t.completed, "refused": t.frame is None,
                            "data": torch.frombuffer(bytearray(t.data), dtype=torch.uint8)}
@@ -266,6 +277,8 @@ class Simulation:
         self.env = simpy.Environment(initial_time=float(state["time"]))
         load_devices_state(state, self.loops, self.delivery, self.recorder, self.rng, self.energy)
         self.free_at = {(int(s), int(d)): float(t) for s, d, t in state["free_at"]}
+        if self.windows is not None:
+            self.windows = {(int(s), int(d)): Window(float(w), float(t)) for s, d, w, t in state.get("windows", [])}
         self.in_flight.clear()
         for t in state["in_flight"]:
             data = t["data"].numpy().tobytes()

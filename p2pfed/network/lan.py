@@ -71,6 +71,14 @@ def check_permitted() -> None:
         raise LanError(f"{NEEDED}; unshare --net said: {probe.stderr.strip()[:200]}")
 
 
+def congestion_controls() -> tuple[str, str]:
+    """(the kernel's default TCP congestion control, the ones a network namespace may choose),
+    read from /proc (a namespace inherits the default; it may set only the allowed ones)."""
+    base = Path("/proc/sys/net/ipv4")
+    return ((base / "tcp_congestion_control").read_text().strip(),
+            (base / "tcp_allowed_congestion_control").read_text().strip())
+
+
 class EmulatedLan:
     """``with EmulatedLan(n, links, folder) as lan: lan.spawn(i, argv, ...)``.
 
@@ -80,10 +88,14 @@ class EmulatedLan:
     are gone)."""
 
     def __init__(self, hosts: int, links: Mapping[tuple[int, int], LinkModel], folder: Path, *, seed: int = 0,
-                 origin: float | None = None):
-        """``origin``: the unix time the links' contact windows count from (None: now)."""
+                 origin: float | None = None, congestion_control: str | None = None):
+        """``origin``: the unix time the links' contact windows count from (None: now);
+        ``congestion_control``: the hosts' TCP congestion control (None: the kernel's default,
+        which namespaces inherit; it changes how long a message takes: ``network.slow_start``)."""
         self.hosts, self.links, self.folder, self.seed = hosts, dict(links), folder, seed
         self.origin = origin
+        self.congestion_control = congestion_control
+        self._choose_congestion_control = congestion_control is not None
         self.addresses = [host_address(i) for i in range(hosts)]
         self.holders: list[subprocess.Popen] = []
         self.peer_pids: list[int] = []            # the holders of the hosts' namespaces, by host
@@ -94,6 +106,12 @@ class EmulatedLan:
     # building -----------------------------------------------------------------------------
     def __enter__(self) -> EmulatedLan:
         check_permitted()
+        default, allowed = congestion_controls()
+        if self.congestion_control is None:
+            self.congestion_control = default
+        elif self.congestion_control not in allowed.split():
+            raise LanError(f"congestion control {self.congestion_control!r}: a network namespace may use only "
+                           f"{', '.join(allowed.split())} (net.ipv4.tcp_allowed_congestion_control)")
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             self._build()
@@ -132,6 +150,10 @@ class EmulatedLan:
             _run(self._in(p.pid, ["ip", "-batch", "-"]), f"host {i}: address", "\n".join([
                 "link set lo up", f"addr add {self.addresses[i]}/32 dev eth0", "link set eth0 up",
                 f"route add default via {HUB_ADDRESS} dev eth0 onlink"]) + "\n")
+            if self._choose_congestion_control:
+                _run(self._in(p.pid, ["sysctl", "-q", "-w",
+                                      f"net.ipv4.tcp_congestion_control={self.congestion_control}"]),
+                     f"host {i}: congestion control")
         hub_cmds = ["link set lo up", "tuntap add dev tun0 mode tun", "link set tun0 up",
                     "route add default dev tun0 table 100",
                     "rule add iif tun0 lookup main priority 100", "rule add lookup 100 priority 200"]

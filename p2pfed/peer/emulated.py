@@ -61,10 +61,12 @@ def link_models(loaded: LoadedScenario, n: int, *, loss: float = 0.0, jitter_s: 
 
 def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: float = 0.0, jitter_s: float = 0.0,
                     faults: Faults | None = None, faults_source: str = "faults", timeout_s: float = 3600.0,
-                    timing: PeerTiming = PeerTiming()) -> dict[str, Any]:
+                    timing: PeerTiming = PeerTiming(), congestion_control: str | None = None) -> dict[str, Any]:
     """Plan, build the LAN, run every peer's ``start.sh`` in its namespace (injecting ``faults``),
     merge; raises RuntimeError naming the peers that failed (LanError where the LAN cannot be
-    built). A peer the faults kill is left out of the results and named in ``runtime.faults``."""
+    built). A peer the faults kill is left out of the results and named in ``runtime.faults``.
+    ``congestion_control``: the hosts' TCP congestion control (None: the kernel's default); the
+    one used is in ``runtime.network.congestion_control``."""
     started = time.perf_counter()
     faults = faults or Faults()
     n = len(load_scenario_dataset(loaded).devices)
@@ -78,7 +80,8 @@ def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: 
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the venv's p2pfed
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        with EmulatedLan(n, links, out / "network", seed=loaded.scenario.seed, origin=start_time) as lan:
+        with EmulatedLan(n, links, out / "network", seed=loaded.scenario.seed, origin=start_time,
+                         congestion_control=congestion_control) as lan:
             procs = []
             for i in range(n):
                 folder = bundle / f"peer-{i}"
@@ -97,7 +100,8 @@ def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: 
     if failed:
         raise RuntimeError(f"peers {failed} failed (exit codes {[codes[i] for i in failed]}); "
                            f"see {bundle}/peer-I/peer.log")
-    network = {"loss": loss, "jitter_s": jitter_s, **{k: v for k, v in lan.stats.items() if k != "links"}}
+    network = {"loss": loss, "jitter_s": jitter_s, "congestion_control": lan.congestion_control,
+               **{k: v for k, v in lan.stats.items() if k != "links"}}
     return merge_bundle(bundle, out, skip=driver.killed, wall_time_s=time.perf_counter() - started,
                         runtime={"kind": "emulated", "network": network,
                                  "faults": {"spec": faults.model_dump(), "events": driver.events,

@@ -385,7 +385,8 @@ def fingerprint(loaded: LoadedScenario) -> str:
 
 # Fields added after runs were committed, left out of the resolved scenario while at their default,
 # so that earlier sweeps' cells (``sweeps.cells.cell_id``) and checkpoints still match it.
-ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("contacts", "protocol"): "ideal"}
+ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("topology", "slow_start"): False,
+                                           ("contacts", "protocol"): "ideal"}
 
 
 def dump(loaded: LoadedScenario) -> dict[str, Any]:

@@ -164,6 +164,9 @@ class TopologySection(Section):
     # A message occupies its link for its bytes on the wire (ZeroMQ/CurveZMQ framing, TCP/IPv4
     # headers per segment: device.contact_protocol.wire_bytes), not its encoded bytes alone.
     framing: bool = False
+    # A message leaves in flights of TCP's congestion window, restarted after its link was idle
+    # (Reno's and CUBIC's slow-start restart: network/slow_start.py), not at the link's rate at once.
+    slow_start: bool = False
 
     @model_validator(mode="after")
     def _file_when_needed(self) -> TopologySection:
@@ -475,6 +478,9 @@ class Scenario(Section):
             raise ValueError("topology.framing: times the messages of synchronous rounds' static links; over "
                              "contacts use contacts.protocol: acknowledged (framing, summary vectors, "
                              "acknowledgements)")
+        if self.topology.slow_start and self.contacts.kind != "none":
+            raise ValueError("topology.slow_start: times the messages of synchronous rounds' static links; the "
+                             f"contact runtime (contacts.kind: {self.contacts.kind!r}) does not use it")
         if self.topology.setup_round_trips > 0 and self.contacts.kind != "none":
             raise ValueError("topology.setup_round_trips: models the connections of synchronous rounds' static "
                              f"links; the contact runtime (contacts.kind: {self.contacts.kind!r}) does not use it")
