@@ -6,8 +6,9 @@ again (RFC 5681 Sec. 4.1; Linux ``tcp_cwnd_restart``: halved once per RTO of idl
 the initial window of 10 segments, RFC 6928). A message larger than the window then leaves in
 flights, each waiting for the previous one's first acknowledgement, one round trip later, the
 window doubling each time. On a fast link that is whole round trips the plain model
-(latency + bytes / bandwidth) does not have: measured on the emulated LAN with Reno, a 41,652-byte
-message over 50 ms / 100 Mbit/s took 0.155 s, this model 0.152 s, the plain one 0.053 s
+(latency + bytes / bandwidth) does not have: measured on the emulated LAN under Reno and CUBIC, a
+41,652-byte message over 50 ms / 100 Mbit/s took 0.154 s, this model 0.152 s, the plain one
+0.053 s, and every setting measured was within 4 % of this model
 (``bench/results/congestion-control/``). Linux restarts the window this way while
 ``net.ipv4.tcp_slow_start_after_idle`` is 1 (its default) for every congestion control but BBR,
 CUBIC included; BBR paces from its bandwidth estimate instead, and is not modelled.
