@@ -17,6 +17,7 @@ framing and TCP/IP header bytes on its link). Writes ``late.csv`` (per device), 
 (per round) and ``summaries/`` into OUT. Needs root (namespaces); about two minutes:
 
     sudo python bench/late_validation.py OUT [--rounds 8] [--round-period 1.0] [--slow-mbps 0.25]
+        [--congestion-control reno] [--slow-start]
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0, help="every link")
     parser.add_argument("--hidden", default="[64,128]", help="the MLP's hidden sizes: the message size")
     parser.add_argument("--framing", default="false,true", help="the simulator's topology.framing values to run")
+    parser.add_argument("--slow-start", action="store_true",
+                        help="the simulator's topology.slow_start: messages leave in TCP's congestion window")
+    parser.add_argument("--congestion-control", metavar="NAME",
+                        help="the emulated hosts' TCP congestion control (default: the kernel's), e.g. reno")
     args = parser.parse_args()
     out = Path(args.out)
     (out / "summaries").mkdir(parents=True, exist_ok=True)
@@ -69,11 +74,14 @@ def main() -> int:
     cli = [sys.executable, "-m", "p2pfed.cli.main"]
     emu, emu_devices, emu_rounds = run(cli + ["launch", str(SCENARIO), "--network", "emulated", "--round-period",
                                               str(args.round_period), "--shared-grid", *sets,
+                                              *(["--congestion-control", args.congestion_control]
+                                                if args.congestion_control else []),
                                               "--out", str(out / "summaries" / "emulated")])
     device_rows, round_rows, delivery = [], [], {"emulated": emu["comm"]["delivery_time_s"]}
     for framing in args.framing.split(","):
         sim, sim_devices, sim_rounds = run(cli + ["run", str(SCENARIO), "--quiet", *sets, "--set",
-                                                  f"topology.framing={framing}",
+                                                  f"topology.framing={framing}", "--set",
+                                                  f"topology.slow_start={str(args.slow_start).lower()}",
                                                   "--out", str(out / "summaries" / f"sim-framing-{framing}")])
         delivery[f"sim framing {framing}"] = sim["comm"]["delivery_time_s"]
         for s, e in zip(sim_devices, emu_devices, strict=True):
@@ -94,7 +102,8 @@ def main() -> int:
             w.writerows(rows)
         for r in rows:
             print(json.dumps(r))
-    print(json.dumps({"timed_out": emu.get("runtime", {}).get("timed_out"), "delivery_time_s": delivery}))
+    print(json.dumps({"timed_out": emu.get("runtime", {}).get("timed_out"), "delivery_time_s": delivery,
+                      "congestion_control": emu["runtime"]["network"]["congestion_control"]}))
     return 0
 
 
