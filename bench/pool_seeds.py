@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,15 @@ def differing(a: dict[str, Any], b: dict[str, Any], ignore: set[str], where: str
 
 
 def pool(folders: list[Path]) -> tuple[list[str], list[CellResult]]:
-    """(the swept keys, one finished run per configuration and seed across ``folders``); raises
+    """(the swept keys, every point — method, swept values, seed — once across ``folders``, each
+    with the first run of its configuration and seed: a method that ignores a swept key has one
+    run per seed, listed under each value as ``p2pfed sweep`` lists it); raises
     SystemExit naming what cannot be pooled: folders sweeping other keys, a run of another
     setting (a field other than the seed and the swept keys; within one configuration, any field
     but the seed), a repeated run with another final F1, an unfinished cell."""
-    kept: dict[tuple[str, int], CellResult] = {}
-    first: dict[str, CellResult] = {}         # configuration -> its first run
+    kept: dict[tuple[str, tuple, int], CellResult] = {}     # (method, swept values, seed) -> its run
+    runs: dict[tuple[str, int], CellResult] = {}            # (configuration, seed) -> its first run
+    first: dict[str, CellResult] = {}                       # configuration -> its first run
     keys: list[str] | None = None
     for folder in folders:
         _, folder_keys, points = store.read_manifest(folder)
@@ -68,14 +72,13 @@ def pool(folders: list[Path]) -> tuple[list[str], list[CellResult]]:
                 fields = ", ".join(sorted(set(diff)))
                 raise SystemExit(f"{r.folder}: another setting than {reference.folder} ({fields})")
             first.setdefault(name, r)
-            if (name, r.point.seed) in kept:
-                earlier = kept[name, r.point.seed]
-                assert earlier.summary is not None
-                if round(earlier.summary["final"]["f1_macro_mean"], 6) != round(r.summary["final"]["f1_macro_mean"], 6):
-                    raise SystemExit(f"{r.folder} and {earlier.folder}: {name} seed {r.point.seed} gave another F1")
-                continue
-            kept[name, r.point.seed] = r
-    return keys or [], sorted(kept.values(), key=lambda r: (label(r), r.point.seed))
+            earlier = runs.setdefault((name, r.point.seed), r)   # the same run in another folder or point
+            assert earlier.summary is not None
+            if round(earlier.summary["final"]["f1_macro_mean"], 6) != round(r.summary["final"]["f1_macro_mean"], 6):
+                raise SystemExit(f"{r.folder} and {earlier.folder}: {name} seed {r.point.seed} gave another F1")
+            kept.setdefault((r.point.method, r.point.values, r.point.seed),
+                            replace(r, folder=earlier.folder, summary=earlier.summary))
+    return keys or [], list(kept.values())
 
 
 def main(argv: list[str] | None = None) -> int:
