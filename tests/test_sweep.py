@@ -427,6 +427,7 @@ def _check_paired_table(printed: str, paired: list[dict[str, str]], protocol: st
         assert signed(float(r["f1_diff"])) in cell_text
 
 
+@pytest.mark.slow   # three more small sweeps; in the slow set .ci/run also runs (the default suite's 10 minutes)
 def test_pool_seeds_joins_seeds_run_later_and_refuses_another_setting(two_worker_sweep, tmp_path, capsys):
     """bench/pool_seeds.py: seeds added later in another folder join the first folder's table as
     one sweep of more seeds; a run repeated in both must agree; another setting is refused."""
