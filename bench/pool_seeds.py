@@ -53,6 +53,7 @@ def pool(folders: list[Path]) -> tuple[list[str], list[CellResult]]:
     runs: dict[tuple[str, int], CellResult] = {}            # (configuration, seed) -> its first run
     first: dict[str, CellResult] = {}                       # configuration -> its first run
     keys: list[str] | None = None
+    reference: CellResult | None = None                     # the first run: its setting is the pool's
     for folder in folders:
         _, folder_keys, points = store.read_manifest(folder)
         if keys is not None and folder_keys != keys:
@@ -62,16 +63,14 @@ def pool(folders: list[Path]) -> tuple[list[str], list[CellResult]]:
             if r.summary is None:
                 raise SystemExit(f"{folder}: {r.point.method} seed {r.point.seed} is {r.status}")
             config, name = r.summary["config"], label(r)
-            reference = next(iter(first.values()), r)
-            assert reference.summary is not None
+            reference = reference or r
+            mate = first.setdefault(name, r)   # this configuration's first run: every field but the seed agrees
+            assert reference.summary is not None and mate.summary is not None
             diff = differing(reference.summary["config"], config, {"seed", "algorithm", *keys})
-            if name in first:
-                assert first[name].summary is not None
-                diff += differing(first[name].summary["config"], config, {"seed"})
+            diff += differing(mate.summary["config"], config, {"seed"})
             if diff:
                 fields = ", ".join(sorted(set(diff)))
                 raise SystemExit(f"{r.folder}: another setting than {reference.folder} ({fields})")
-            first.setdefault(name, r)
             earlier = runs.setdefault((name, r.point.seed), r)   # the same run in another folder or point
             assert earlier.summary is not None
             if round(earlier.summary["final"]["f1_macro_mean"], 6) != round(r.summary["final"]["f1_macro_mean"], 6):
