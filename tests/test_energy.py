@@ -39,7 +39,7 @@ def plain(tmp_path_factory):
     """The small scenario without a devices section, run with every entry to the energy model
     made to fail: its results, and the proof that nothing of the model ran."""
     from p2pfed.device import loop
-    from p2pfed.results.energy import EnergyMeter
+    from p2pfed.device.energy import EnergyMeter
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(EnergyMeter, "__init__", _untouchable)
@@ -68,7 +68,7 @@ def _csv(path: Path) -> list[dict]:
 # -- opting out -----------------------------------------------------------------------------------
 def test_a_scenario_without_devices_never_touches_the_energy_model(plain, tmp_path, monkeypatch):
     from p2pfed.device import loop
-    from p2pfed.results.energy import EnergyMeter
+    from p2pfed.device.energy import EnergyMeter
 
     monkeypatch.setattr(EnergyMeter, "__init__", _untouchable)
     monkeypatch.setattr(loop, "training_flops", _untouchable)
@@ -155,7 +155,7 @@ def test_a_radio_tail_runs_after_each_busy_spell_until_the_next_cuts_it():
     """tail_w for up to tail_s after a spell: cut short by a spell that starts within it, whole
     when the next one is later, and the latest one's part so far (the runtime's clock)."""
     from p2pfed.energy import EnergyPlan, Radio
-    from p2pfed.results.energy import EnergyMeter
+    from p2pfed.device.energy import EnergyMeter
     from p2pfed.results.recorder import Recorder
 
     radio = Radio("tailed", 0.0, 0.0, tail_w=1.0, tail_s=2.0)

@@ -45,6 +45,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
 
+from p2pfed.algorithms.memory import MemoryFacts, MemoryTerm
 from p2pfed.algorithms.payloads import Payload as Payload, Received as Received   # re-exported for methods
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
@@ -284,6 +285,12 @@ class Algorithm(ABC):
     def kind(cls) -> str:
         """The wire kind of this method's messages."""
         return cls.message_kind or cls.name
+
+    @classmethod
+    def memory_terms(cls, options: BaseOptions, facts: MemoryFacts) -> list[MemoryTerm]:
+        """Lower bounds on the memory of the structures only this method builds, checked before a
+        run (``algorithms/memory.py``); the default builds none worth checking."""
+        return []
 
     # -- hooks -------------------------------------------------------------------------------
     def train(self, round: int) -> TrainingWork:

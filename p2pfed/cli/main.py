@@ -201,7 +201,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_peer(args: argparse.Namespace) -> int:
-    from p2pfed.peer.runtime import run_peer
+    from p2pfed.peer.entry import run_peer
 
     summary = run_peer(args.config, insecure=args.insecure)
     print(f"peer done: f1_macro {summary['final']['f1_macro_mean']}, "

@@ -2,7 +2,8 @@
 
 The synchronous simulation, the contact simulation and the real peer all drive a device through
 ``DeviceLoop`` and feed it messages through ``Intake``; they differ only in the clock and the
-links they give it.
+links they give it. ``energy`` keeps each device's energy account, which decides whether it may
+still act.
 """
 
 from p2pfed.device.intake import Control, Held, Intake, IntakeRules, ResendRequest

@@ -1,6 +1,6 @@
 """Atomic checkpoints of a run's state (a simulation's, or one real peer's), read back safely.
 
-A checkpoint is written to a temporary file and moved over the old one with ``os.replace``, so a
+A checkpoint is written to a temporary file and moved over the old one (``p2pfed.atomic``), so a
 kill at any moment leaves either the previous checkpoint or the new one, never half a file. It
 holds only tensors, numbers, strings, lists and dicts — what ``state_dict`` methods return — and
 is read back with ``torch.load(weights_only=True)``: no arbitrary objects, ever. A fingerprint
@@ -9,11 +9,12 @@ is read back with ``torch.load(weights_only=True)``: no arbitrary objects, ever.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, cast
 
 import torch
+
+from p2pfed.atomic import atomic_path
 
 FORMAT = 2
 
@@ -23,13 +24,9 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: Path, kind: str, fingerprint: str, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temp file, fsync, ``os.replace``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        torch.save({"format": FORMAT, "kind": kind, "fingerprint": fingerprint, "state": state}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write ``state`` to ``path`` atomically, flushed to the disk before it replaces the old one."""
+    with atomic_path(path, durable=True) as tmp:
+        torch.save({"format": FORMAT, "kind": kind, "fingerprint": fingerprint, "state": state}, tmp)
 
 
 def load_checkpoint(path: Path, kind: str, fingerprint: str) -> dict[str, Any]:

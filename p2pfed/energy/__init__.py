@@ -1,6 +1,6 @@
 """Devices as they are: how fast each one computes, what its radio and its arithmetic cost in
 joules, and how much its battery holds (issue 34). Plain figures and functions; the runtimes'
-accounting of them is ``p2pfed.results.energy``."""
+accounting of them is ``p2pfed.device.energy``."""
 
 from p2pfed.energy.plan import EnergyPlan
 from p2pfed.energy.profiles import PROFILES, DeviceProfile, assign_by_fraction, read_profile_file

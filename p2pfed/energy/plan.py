@@ -1,5 +1,5 @@
 """What a scenario's ``devices`` section decided for each device: the plain data the runtimes'
-energy accounting (``p2pfed.results.energy.EnergyMeter``) starts from."""
+energy accounting (``p2pfed.device.energy.EnergyMeter``) starts from."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from p2pfed.engine.contact_checkpoint import Wait, Waits, contact_run_state, res
 from p2pfed.engine.contact_lines import ContactLines, Direction
 from p2pfed.engine.delivery import Delivery
 from p2pfed.network.contacts import Contact, ContactPlan
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import numpy as np
 
 from p2pfed.device import DeviceLoop
 from p2pfed.engine.delivery import Delivery
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 

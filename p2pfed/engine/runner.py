@@ -21,7 +21,7 @@ from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.device.exchange import Forwarding
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.network.contacts import ContactPlan
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.simulation import RoundSchedule, Simulation

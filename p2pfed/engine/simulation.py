@@ -35,7 +35,7 @@ from p2pfed.network.slow_start import Window
 from p2pfed.network.slow_start import send as send_in_flights
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
 
 log = logging.getLogger("p2pfed.engine")

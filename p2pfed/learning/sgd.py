@@ -12,17 +12,27 @@ parameters come out bit-identical to the library's, which a test keeps as the re
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:   # training.py imports this module
-    from p2pfed.learning.training import TrainingConfig
+
+class SgdSettings(Protocol):
+    """The step's three figures (``training.TrainingConfig`` has them)."""
+
+    @property
+    def lr(self) -> float: ...
+
+    @property
+    def momentum(self) -> float: ...
+
+    @property
+    def weight_decay(self) -> float: ...
 
 
 @torch.no_grad()
 def sgd_step(params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor | None],
-             config: TrainingConfig, momentum: MutableMapping[str, torch.Tensor] | None) -> None:
+             config: SgdSettings, momentum: MutableMapping[str, torch.Tensor] | None) -> None:
     """One ``torch.optim.SGD.step`` on ``params`` (updated in place; stacked views work too).
     ``momentum``: one zero-initialised buffer per parameter, kept across the steps of one
     training (a zero buffer gives SGD's first step exactly: 0·m + g = g), or None without

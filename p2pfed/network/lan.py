@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from p2pfed.atomic import write_text_atomically
 from p2pfed.network.linkemu import LinkModel
 
 HUB_ADDRESS = "10.77.255.254"
@@ -196,7 +197,7 @@ class EmulatedLan:
     def cut(self, links: Sequence[tuple[int, int]]) -> None:
         """Cut exactly these directed links (host indices) from now on; ``[]`` heals them all."""
         assert self.emulator is not None
-        write_atomically(self.control, json.dumps(
+        write_text_atomically(self.control, json.dumps(
             {"blocked": [[self.addresses[a], self.addresses[b]] for a, b in links]}) + "\n")
         self.emulator.send_signal(signal.SIGUSR1)
 
@@ -225,12 +226,6 @@ class EmulatedLan:
             if p.stderr:
                 p.stderr.close()
         self.started, self.holders, self.emulator = [], [], None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def namespaces_alive(namespaces: Sequence[str]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from p2pfed.energy import EnergyPlan
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder
 from p2pfed.results.summary import adversaries_summary, build_summary

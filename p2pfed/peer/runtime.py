@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -37,7 +35,7 @@ from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
 from p2pfed.energy import EnergyPlan
 from p2pfed.results.attack_success import device_view
-from p2pfed.results.energy import EnergyMeter
+from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
 from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
@@ -419,24 +417,3 @@ class Peer:
                              runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,
                                       "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 
-
-def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, Any]:
-    """``p2pfed peer``: run one peer to the end and return its summary."""
-    from p2pfed.peer.config import load_peer_config
-
-    loaded = load_peer_config(config_path, insecure=insecure)
-    if insecure:
-        insecure_warning(f"peer {loaded.config.id}")
-    peer_class = Peer
-    cfg = loaded.config
-    if load_scenario(loaded.resolve(cfg.scenario), cfg.overrides, cfg.seed).scenario.contacts.kind != "none":
-        from p2pfed.peer.contacts import ContactPeer   # it builds on this module
-        peer_class = ContactPeer
-    peer = peer_class(loaded, insecure=insecure)
-    # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    try:
-        return peer.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        peer.close()

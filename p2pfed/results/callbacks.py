@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from p2pfed.extras import require
+
 
 class Callback:
     """Override what you need: both do nothing here."""
@@ -30,12 +32,9 @@ class TensorBoard(Callback):
     package: ``pip install 'p2pfed[tensorboard]'``)."""
 
     def __init__(self, log_dir: str | Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:   # tensorboard itself is missing
-            raise ValueError(f"--log tensorboard: needs the tensorboard package "
-                             f"(pip install 'p2pfed[tensorboard]'): {exc}") from None
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        tensorboard = require("torch.utils.tensorboard", extra="tensorboard", package="TensorBoard",
+                              needed_by="--log tensorboard")
+        self.writer = tensorboard.SummaryWriter(log_dir=str(log_dir))
 
     def on_evaluation(self, row: dict[str, Any]) -> None:
         step = int(row["round"])

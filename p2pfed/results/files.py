@@ -1,24 +1,22 @@
 """Writing a run's results: rounds.csv, devices.csv, summary.json and plot.png.
 
-Every file is written atomically (a temporary file in the same folder, then ``os.replace``), so
-a crash never leaves half a file, and ``summary.json`` is written last (an earlier run's is
-removed first): a results folder without ``summary.json`` is an incomplete run. JSON is strict
-(no ``NaN``/``Infinity``, which JSON does not have): a number with no finite value is ``null``.
+Every file is written atomically (``p2pfed.atomic``), so a crash never leaves half a file, and
+``summary.json`` is written last (an earlier run's is removed first): a results folder without
+``summary.json`` is an incomplete run. JSON is strict (no ``NaN``/``Infinity``, which JSON does
+not have): a number with no finite value is ``null``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
 import os
 import re
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from p2pfed.atomic import atomic_path, write_text_atomically
 from p2pfed.results.recorder import GENERALIZATION_COLUMNS, PROTOCOLS, Recorder, protocol_columns, round_float
 
 ROUND_COLUMNS = ["round", "sim_time_s", "f1_macro_mean", "f1_macro_std", "loss_mean",
@@ -30,21 +28,6 @@ DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "f1_present"
                   "transfers_completed", "transfers_aborted", "bytes_wasted"]
 # devices.csv's last macro-F1 of each device under each protocol scored
 DEVICE_PROTOCOL_COLUMNS = [f"f1_{p.replace('-', '_')}" for p in PROTOCOLS]
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix) to write to; it replaces ``path`` only if
-    the block finishes, and is removed otherwise."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def folder_label(method: str) -> str:
@@ -78,9 +61,7 @@ def to_json(value: Any, indent: int | None = 2) -> str:
 
 def write_json(path: Path, value: Any, indent: int | None = 2) -> None:
     """``value`` as strict JSON (see ``to_json``), written atomically."""
-    text = to_json(value, indent)
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    write_text_atomically(path, to_json(value, indent))
 
 
 def output_dir_problem(path: Path) -> str | None:

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from p2pfed.results.files import atomic_path  # noqa: E402
+from p2pfed.atomic import atomic_path  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.colors import ListedColormap

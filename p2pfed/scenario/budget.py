@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from p2pfed.algorithms import Algorithm, MemoryFacts, MemoryTerm
 from p2pfed.scenario.schema import Scenario
 
 WISDM_USERS = 36
@@ -34,14 +34,6 @@ NUMPY_ARRAY_HEADER = 112   # sys.getsizeof of an empty numpy array
 # k-d tree (network/contacts/mobility.py), so nothing grows with devices x devices any more.
 WAYPOINT_STEP_BYTES = 2 * FLOAT64 + 4 * NUMPY_ARRAY_HEADER
 CONTACT_BYTES = 150         # one Contact record
-KMEANS_MIN_K = 2            # FedSub's K sweep starts at 2 clusters
-
-
-@dataclass(frozen=True)
-class Estimate:
-    field: str     # the scenario field the user would change
-    nbytes: float
-    what: str      # how the figure was reached, for the message
 
 
 def device_count(sc: Scenario) -> int:
@@ -68,50 +60,46 @@ def model_parameters(sc: Scenario) -> int:
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
-def estimates(sc: Scenario) -> list[Estimate]:
-    """The lower-bound memory of each structure whose size a scenario field drives."""
+def estimates(sc: Scenario, method: type[Algorithm]) -> list[MemoryTerm]:
+    """The lower-bound memory of each structure whose size a scenario field drives; ``method``
+    (the scenario's) sizes the structures only it builds."""
     n = device_count(sc)
     out = []
     if sc.model.name == "mlp":   # a model of the user's own is sized once built (engine.footprint)
         params = model_parameters(sc)
-        out.append(Estimate("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
-                            f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes"))
-    restarts = sc.algorithm.options.get("kmeans_n_init") if sc.algorithm.name == "fedsub" else None
-    if isinstance(restarts, int):
-        # All restarts run as one batch: at least 2 centres of the prototype dimension each.
-        dim = sc.model.hidden[-1]
-        out.append(Estimate("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64,
-                            f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
-                            f"× {FLOAT64} bytes"))
+        out.append(MemoryTerm("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
+                              f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes"))
+    options = method.Options.model_validate(sc.algorithm.options)
+    out += method.memory_terms(options, MemoryFacts(devices=n, hidden=tuple(sc.model.hidden)))
     if sc.dataset.name == "synthetic":
         s = sc.dataset.synthetic
         held = s.classes_per_device or s.num_classes
         values = s.num_devices * held * s.samples_per_class * s.num_features
-        out.append(Estimate("dataset.synthetic", values * FLOAT64,
-                            f"num_devices × classes held × samples_per_class × num_features = "
-                            f"{values:.3g} float64 values"))
+        out.append(MemoryTerm("dataset.synthetic", values * FLOAT64,
+                              f"num_devices × classes held × samples_per_class × num_features = "
+                              f"{values:.3g} float64 values"))
     if sc.contacts.kind == "none":
         evaluations = sc.rounds / sc.evaluation.every
-        out.append(Estimate("rounds", sc.rounds * ROUND_TALLY_BYTES + evaluations * EVALUATION_ROW_BYTES,
-                            f"{sc.rounds:.3g} rounds of traffic tallies and {evaluations:.3g} evaluation rows"))
+        out.append(MemoryTerm("rounds", sc.rounds * ROUND_TALLY_BYTES + evaluations * EVALUATION_ROW_BYTES,
+                              f"{sc.rounds:.3g} rounds of traffic tallies and {evaluations:.3g} evaluation rows"))
         return out
     c = sc.contacts
     duration = c.duration_s or DEFAULT_CONTACT_DURATION_S
     pairs = n * (n - 1) / 2
     if c.kind == "random-waypoint":
         steps = duration / c.step_s + 1
-        out.append(Estimate("contacts.step_s", steps * WAYPOINT_STEP_BYTES,
-                            f"contacts.duration_s / contacts.step_s = {steps:.3g} position samples × "
-                            f"{WAYPOINT_STEP_BYTES} bytes"))
+        out.append(MemoryTerm("contacts.step_s", steps * WAYPOINT_STEP_BYTES,
+                              f"contacts.duration_s / contacts.step_s = {steps:.3g} position samples × "
+                              f"{WAYPOINT_STEP_BYTES} bytes"))
     elif c.kind == "poisson":
         contacts = pairs * duration / (c.mean_intercontact_s + c.mean_duration_s)
-        out.append(Estimate("contacts.mean_intercontact_s", contacts * CONTACT_BYTES,
-                            f"about {contacts:.3g} contacts ({pairs:.3g} device pairs over "
-                            f"contacts.duration_s = {duration:g} s)"))
+        out.append(MemoryTerm("contacts.mean_intercontact_s", contacts * CONTACT_BYTES,
+                              f"about {contacts:.3g} contacts ({pairs:.3g} device pairs over "
+                              f"contacts.duration_s = {duration:g} s)"))
     if sc.evaluation.every_s is not None:
         evaluations = duration / sc.evaluation.every_s
-        out.append(Estimate("evaluation.every_s", evaluations * EVALUATION_ROW_BYTES,
-                            f"{evaluations:.3g} evaluation rows"))
+        out.append(MemoryTerm("evaluation.every_s", evaluations * EVALUATION_ROW_BYTES,
+                              f"{evaluations:.3g} evaluation rows"))
     return out
 
 
@@ -130,14 +118,14 @@ def available_memory() -> int | None:
     return total
 
 
-def memory_problems(sc: Scenario, source: str, available: int | None = None) -> list[str]:
+def memory_problems(sc: Scenario, source: str, method: type[Algorithm], available: int | None = None) -> list[str]:
     """One 'file: field: problem' line per structure that alone would not fit in memory."""
     available = available_memory() if available is None else available
     if available is None:
         return []
     return [f"{source}: {e.field}: the run would need at least {format_bytes(e.nbytes)} of memory "
             f"({e.what}), more than the {format_bytes(available)} this machine has"
-            for e in estimates(sc) if e.nbytes > available]
+            for e in estimates(sc, method) if e.nbytes > available]
 
 
 def format_bytes(n: float) -> str:

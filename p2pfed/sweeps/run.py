@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from p2pfed.extras import require
 from p2pfed.sweeps import store
 from p2pfed.sweeps.cells import CellSpec, expand
 from p2pfed.sweeps.report import FILES, build_report
@@ -23,6 +24,7 @@ def run_sweep(sweep_file: Path, out: Path | None = None, *, workers: int | None 
     """Run every cell of the sweep not already finished in ``out``; exit code 0, 1 (failed cells)
     or 130 (interrupted). Bad input raises SweepError before anything is written. ``overrides``
     and ``seeds``: ``--set`` and ``--seeds`` (``read_sweep``)."""
+    require("distributed", extra="sweeps", package="Dask", needed_by="p2pfed sweep")
     from p2pfed.sweeps.execute import dask_client, machine_cores
 
     if workers is not None and workers < 1:

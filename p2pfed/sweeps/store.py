@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from p2pfed.atomic import write_text_atomically
 from p2pfed.sweeps.cells import CellSpec, Point
 
 MANIFEST = "sweep.json"
@@ -71,9 +72,7 @@ def write_manifest(out: Path, name: str, source: str, keys: list[str], points: l
     data = {"name": name, "sweep_file": source, "keys": keys,
             "points": [{"method": p.method, "seed": p.seed, "values": [[k, v] for k, v in p.values],
                         "cell": p.cell.to_dict()} for p in points]}
-    tmp = out / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    write_text_atomically(out / MANIFEST, json.dumps(data, indent=1) + "\n")
 
 
 def read_manifest(out: Path) -> tuple[str, list[str], list[Point]]:

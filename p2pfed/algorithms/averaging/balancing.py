@@ -1,9 +1,11 @@
-"""Class balancing of one device's training set with SMOTE (imbalanced-learn), for FedHome."""
+"""Class balancing of one device's training set with SMOTE (imbalanced-learn, the ``smote``
+extra), for FedHome."""
 
 from __future__ import annotations
 
 import numpy as np
-from imblearn.over_sampling import SMOTE
+
+from p2pfed.extras import require
 
 
 def smote_balance(x: np.ndarray, y: np.ndarray, k_neighbors: int,
@@ -23,5 +25,6 @@ def smote_balance(x: np.ndarray, y: np.ndarray, k_neighbors: int,
         x, y = np.concatenate([x, x[lone]]), np.concatenate([y, y[lone]])
         counts = np.maximum(counts, 2)
     k = max(1, min(k_neighbors, int(counts.min()) - 1))
-    xs, ys = SMOTE(k_neighbors=k, random_state=seed).fit_resample(x, y)
+    smote = require("imblearn.over_sampling", extra="smote", package="imbalanced-learn", needed_by="fedhome").SMOTE
+    xs, ys = smote(k_neighbors=k, random_state=seed).fit_resample(x, y)
     return np.asarray(xs, dtype=x.dtype), np.asarray(ys, dtype=y.dtype)

@@ -52,6 +52,8 @@ from pydantic import Field, field_validator, model_validator
 
 from p2pfed.algorithms.base import (NOT_READY, Algorithm, ArtifactError, Deferred, DeviceContext, FusionWork,
                                     Payload, Received, UnitOptions, expect_array, require_units)
+from p2pfed.algorithms.base import BaseOptions
+from p2pfed.algorithms.memory import MemoryFacts, MemoryTerm
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
@@ -179,6 +181,8 @@ class Artifacts:
 
 
 PARTS = ("whole", "prototypes", "subnetworks")
+KMEANS_MIN_K = 2      # the K sweep starts at 2 clusters (clustering.choose_k_by_dbi_many)
+FLOAT64_BYTES = 8
 
 
 def encode_subnetworks(params: dict[str, torch.Tensor], layers: list[UnitLayer],
@@ -296,6 +300,15 @@ class FedSub(Algorithm):
         self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
         self.counters: dict[str, int] = dict.fromkeys(STAT_COUNTERS, 0)
         self.kept_by_layer = [0] * len(self.layers)   # units kept, summed over extracted class subnetworks
+
+    @classmethod
+    def memory_terms(cls, options: BaseOptions, facts: MemoryFacts) -> list[MemoryTerm]:
+        """The K-means restarts of a K sweep run as one batch: at least ``KMEANS_MIN_K`` centres
+        of the prototypes' width (the model's last hidden width) each."""
+        restarts, dim = cast(FedSubOptions, options).kmeans_n_init, facts.hidden[-1]
+        return [MemoryTerm("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64_BYTES,
+                           f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
+                           f"× {FLOAT64_BYTES} bytes")]
 
     @cached_property
     def prototype_dim(self) -> int:

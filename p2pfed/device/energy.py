@@ -1,5 +1,5 @@
-"""The runtimes' energy account (issue 34): how long each training step takes on its device,
-what its arithmetic and its radio cost, and whether its battery still holds.
+"""Each device's energy account: how long each training step takes on its device, what its
+arithmetic and its radio cost, and whether its battery still holds (so whether it may still act).
 
 Compute is charged per step from the work the step actually did (``DeviceLoop.work_flops``: the
 FLOPs of its training job and of any training its method ran inside ``train``, and of its
