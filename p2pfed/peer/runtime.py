@@ -85,7 +85,9 @@ class Peer:
             self.energy.clock = lambda: time.time() - self.start_time
             self.loop.count_work = True
         apply_torch_threads(sc.engine.torch_threads, batched=False)
-        self._open_sockets(loaded_config)
+        self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
+                                   max_bytes=sc.engine.max_message_bytes, on_reject=self._rejected)
+        self.mailbox, self.outbox = self.sockets.mailbox, self.sockets.outbox
 
     def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
         """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
@@ -110,11 +112,6 @@ class Peer:
             self.energy.radio_busy(0, now, now)
 
     # -- sockets -----------------------------------------------------------------------------
-    def _open_sockets(self, loaded_config: LoadedPeerConfig) -> None:
-        self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
-                                   max_bytes=self.loaded.scenario.engine.max_message_bytes, on_reject=self._rejected)
-        self.mailbox, self.outbox = self.sockets.mailbox, self.sockets.outbox
-
     def close(self) -> None:
         """Close sockets without lingering (idempotent)."""
         self.sockets.close()
