@@ -40,6 +40,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from torch import nn
 
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 from p2pfed.algorithms.payloads import RELAY_KEY
@@ -118,62 +119,13 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             tensors = dict(payload.tensors)
             for kind in kinds:
                 if kind == "prototype-shift":
-                    tensors = self._shifted(payload, tensors)
+                    tensors = shifted_prototypes(payload, tensors, attack, self.cache.values())
                 elif kind == "subnetwork-poison":
-                    tensors = self._class_poisoned(payload, tensors)
+                    tensors = class_poisoned(payload, tensors, attack, self.ctx.model)
                 elif kind in MODEL_KINDS:
-                    tensors = {name: self._model_poisoned(kind, array) if name != PROTOTYPES else array
-                               for name, array in tensors.items()}
+                    tensors = {name: model_poisoned(kind, array, attack, self.attack_rng)
+                               if name != PROTOTYPES else array for name, array in tensors.items()}
             return Payload(dict(payload.meta), tensors)
-
-        def _model_poisoned(self, kind: str, array: np.ndarray) -> np.ndarray:
-            if not np.issubdtype(array.dtype, np.floating):
-                return array
-            if kind == "noise":
-                return (array + self.attack_rng.normal(0.0, attack.noise_std, array.shape)).astype(array.dtype)
-            sign = -1.0 if kind == "sign-flip" else 1.0
-            return (array * (sign * attack.factor)).astype(array.dtype)
-
-        def _shifted(self, payload: Payload, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            """Prototypes moved toward the peers' (or another class's), class by class."""
-            if PROTOTYPES not in tensors:
-                return tensors
-            classes = list(payload.meta["classes"])
-            protos = tensors[PROTOTYPES].astype(np.float64)
-            if attack.toward == "class":
-                if attack.target_class not in classes:
-                    return tensors
-                goals = {c: protos[classes.index(attack.target_class)] for c in classes}
-            elif attack.toward == "device":
-                goals = peer_prototype_means(r for r in self.cache.values() if r.sender == attack.victim)
-            else:
-                goals = peer_prototype_means(self.cache.values())
-            moved = protos.copy()
-            for j, c in enumerate(classes):
-                if c in goals:
-                    moved[j] = protos[j] + attack.shift * (goals[c] - protos[j])
-            return {**tensors, PROTOTYPES: moved.astype(tensors[PROTOTYPES].dtype)}
-
-        def _class_poisoned(self, payload: Payload, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            """The target class's own rows multiplied by ``-factor`` (FedSub's subnetwork part)."""
-            classes = payload.meta.get("classes", [])
-            if "units" not in tensors or attack.target_class not in classes:
-                return tensors
-            layers = unit_layers(self.ctx.model)
-            sizes = [layer.size for layer in layers]
-            bits = np.unpackbits(tensors["units"], axis=1, count=sum(sizes)).astype(bool)
-            mine = bits[classes.index(attack.target_class)]
-            others = np.asarray(np.delete(bits, classes.index(attack.target_class), axis=0).any(axis=0))
-            poisoned = np.asarray(mine & ~others if (mine & ~others).any() else mine)
-            union = np.asarray(bits.any(axis=0))
-            out = dict(tensors)
-            for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
-                rows = poisoned[a:b][union[a:b]]   # among the rows sent, in their order
-                for name in layer.params:
-                    array = out[name].copy()
-                    array[rows] = array[rows] * -attack.factor
-                    out[name] = array
-            return out
 
         def state_dict(self) -> dict[str, Any]:
             return {**super().state_dict(), "attack_rng": json.dumps(self.attack_rng.bit_generator.state)}
@@ -197,3 +149,59 @@ def peer_prototype_means(received: Iterable[Received]) -> dict[int, np.ndarray]:
         for c, p in zip(classes, protos):
             sums.setdefault(int(c), []).append(np.asarray(p, dtype=np.float64))
     return {c: np.mean(ps, axis=0) for c, ps in sums.items()}
+
+
+def model_poisoned(kind: str, array: np.ndarray, attack: Attack, rng: np.random.Generator) -> np.ndarray:
+    """One shared float array as a model attack of ``kind`` sends it (integer arrays unchanged)."""
+    if not np.issubdtype(array.dtype, np.floating):
+        return array
+    if kind == "noise":
+        return (array + rng.normal(0.0, attack.noise_std, array.shape)).astype(array.dtype)
+    sign = -1.0 if kind == "sign-flip" else 1.0
+    return (array * (sign * attack.factor)).astype(array.dtype)
+
+
+def shifted_prototypes(payload: Payload, tensors: dict[str, np.ndarray], attack: Attack,
+                       cached: Iterable[Received]) -> dict[str, np.ndarray]:
+    """Prototypes moved toward the peers' (``cached``: what the device holds), the victim's or
+    another class's, class by class."""
+    if PROTOTYPES not in tensors:
+        return tensors
+    classes = list(payload.meta["classes"])
+    protos = tensors[PROTOTYPES].astype(np.float64)
+    if attack.toward == "class":
+        if attack.target_class not in classes:
+            return tensors
+        goals = {c: protos[classes.index(attack.target_class)] for c in classes}
+    elif attack.toward == "device":
+        goals = peer_prototype_means(r for r in cached if r.sender == attack.victim)
+    else:
+        goals = peer_prototype_means(cached)
+    moved = protos.copy()
+    for j, c in enumerate(classes):
+        if c in goals:
+            moved[j] = protos[j] + attack.shift * (goals[c] - protos[j])
+    return {**tensors, PROTOTYPES: moved.astype(tensors[PROTOTYPES].dtype)}
+
+
+def class_poisoned(payload: Payload, tensors: dict[str, np.ndarray], attack: Attack,
+                   model: nn.Module) -> dict[str, np.ndarray]:
+    """The target class's own rows multiplied by ``-factor`` (FedSub's subnetwork part)."""
+    classes = payload.meta.get("classes", [])
+    if "units" not in tensors or attack.target_class not in classes:
+        return tensors
+    layers = unit_layers(model)
+    sizes = [layer.size for layer in layers]
+    bits = np.unpackbits(tensors["units"], axis=1, count=sum(sizes)).astype(bool)
+    mine = bits[classes.index(attack.target_class)]
+    others = np.asarray(np.delete(bits, classes.index(attack.target_class), axis=0).any(axis=0))
+    poisoned = np.asarray(mine & ~others if (mine & ~others).any() else mine)
+    union = np.asarray(bits.any(axis=0))
+    out = dict(tensors)
+    for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
+        rows = poisoned[a:b][union[a:b]]   # among the rows sent, in their order
+        for name in layer.params:
+            array = out[name].copy()
+            array[rows] = array[rows] * -attack.factor
+            out[name] = array
+    return out

@@ -85,6 +85,65 @@ def _parse_row(fields: list[str], kinds: list[list[str] | None], names: list[str
     return row
 
 
+@dataclass
+class _Reader:
+    """What an ARFF file's lines declare (header) and hold (data rows), fed one line at a time."""
+
+    path: Path
+    relation: str = ""
+    names: list[str] = field(default_factory=list)
+    kinds: list[list[str] | None] = field(default_factory=list)
+    rows: list[list] = field(default_factory=list)
+    line_numbers: list[int] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    in_data: bool = False
+
+    def feed(self, lineno: int, text: str) -> None:
+        """Take one stripped line: a comment, a header declaration or a data row."""
+        if text.startswith("%"):
+            return
+        if not self.in_data:
+            self._header(lineno, text)
+        elif not text:
+            self.skipped.append((lineno, "empty line"))
+        else:
+            try:
+                self.rows.append(_parse_row(text.split(","), self.kinds, self.names))
+                self.line_numbers.append(lineno)
+            except ValueError as err:
+                self.skipped.append((lineno, str(err)))
+
+    def _header(self, lineno: int, text: str) -> None:
+        lower = text.lower()
+        if not text:
+            return
+        if lower.startswith("@relation"):
+            self.relation = _unquote(text[len("@relation"):])
+        elif lower.startswith("@attribute"):
+            name, kind = _parse_attribute(text, self.path, lineno)
+            self.names.append(name)
+            self.kinds.append(kind)
+        elif lower.startswith("@data"):
+            self.in_data = True
+        else:
+            raise ArffFormatError(f"{self.path}:{lineno}: unexpected header line {text!r}")
+
+    def table(self) -> ArffTable:
+        """The parsed table; trailing blank lines at the end of a file are harmless, not reported."""
+        if not self.in_data:
+            raise ArffFormatError(f"{self.path}: no @data section")
+        skipped = self.skipped
+        while skipped and skipped[-1][1] == "empty line" and skipped[-1][0] > max(self.line_numbers, default=0):
+            skipped.pop()
+        columns: dict[str, np.ndarray] = {}
+        for j, (name, kind) in enumerate(zip(self.names, self.kinds)):
+            values = [r[j] for r in self.rows]
+            columns[name] = np.array(values, dtype=np.float64 if kind is None else str)
+        nominal = {n: k for n, k in zip(self.names, self.kinds) if k is not None}
+        return ArffTable(self.relation, self.names, nominal, columns,
+                         np.array(self.line_numbers, dtype=np.int64), skipped)
+
+
 def read_arff(path: str | Path, *, warn: bool = True) -> ArffTable:
     """Read an ARFF file; malformed or empty data lines are skipped and reported.
 
@@ -92,59 +151,22 @@ def read_arff(path: str | Path, *, warn: bool = True) -> ArffTable:
     `ArffTable.skipped` and, when `warn` is true, in one `UserWarning`.
     """
     path = Path(path)
-    relation, names, kinds = "", [], []
-    rows: list[list] = []
-    line_numbers: list[int] = []
-    skipped: list[tuple[int, str]] = []
-    in_data = False
+    reader = _Reader(path)
     try:
         handle = path.open("r", encoding="utf-8", newline=None)
     except OSError as exc:
         raise ArffFormatError(f"{path}: cannot read ARFF file: {exc.strerror}") from None
     try:
         for lineno, line in enumerate(handle, start=1):
-            text = line.strip()
-            if text.startswith("%"):
-                continue
-            if not in_data:
-                lower = text.lower()
-                if not text:
-                    continue
-                if lower.startswith("@relation"):
-                    relation = _unquote(text[len("@relation"):])
-                elif lower.startswith("@attribute"):
-                    name, kind = _parse_attribute(text, path, lineno)
-                    names.append(name)
-                    kinds.append(kind)
-                elif lower.startswith("@data"):
-                    in_data = True
-                else:
-                    raise ArffFormatError(f"{path}:{lineno}: unexpected header line {text!r}")
-                continue
-            if not text:
-                skipped.append((lineno, "empty line"))
-                continue
-            try:
-                rows.append(_parse_row(text.split(","), kinds, names))
-                line_numbers.append(lineno)
-            except ValueError as err:
-                skipped.append((lineno, str(err)))
+            reader.feed(lineno, line.strip())
     except UnicodeDecodeError:
         raise ArffFormatError(not_text(path, "ARFF file")) from None
     finally:
         handle.close()
-    if not in_data:
-        raise ArffFormatError(f"{path}: no @data section")
-    # Trailing blank lines at the end of a file are harmless; do not report them.
-    while skipped and skipped[-1][1] == "empty line" and skipped[-1][0] > max(line_numbers, default=0):
-        skipped.pop()
+    table = reader.table()
+    skipped = table.skipped
     if skipped and warn:
         shown = "; ".join(f"line {n}: {why}" for n, why in skipped[:20])
         more = f" (and {len(skipped) - 20} more)" if len(skipped) > 20 else ""
         warnings.warn(f"{path}: skipped {len(skipped)} data line(s): {shown}{more}", stacklevel=2)
-    columns: dict[str, np.ndarray] = {}
-    for j, (name, kind) in enumerate(zip(names, kinds)):
-        values = [r[j] for r in rows]
-        columns[name] = np.array(values, dtype=np.float64 if kind is None else str)
-    nominal = {n: k for n, k in zip(names, kinds) if k is not None}
-    return ArffTable(relation, names, nominal, columns, np.array(line_numbers, dtype=np.int64), skipped)
+    return table

@@ -196,19 +196,10 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     order = sorted(range(len(jobs)), key=lambda i: -sizes[i])
     jobs = [jobs[i] for i in order]
     sizes = [sizes[i] for i in order]
-    d = len(jobs)
     template = jobs[0].model
-    names = [name for name, _ in template.named_parameters()]
-    own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
-    buffer_names = [name for name, _ in template.named_buffers()]
-    own_buffers = [list(j.model.buffers()) for j in jobs]
-    with torch.no_grad():
-        stacked = {n: torch.stack([params[k] for params in own]) for k, n in enumerate(names)}
-        stacked_buffers = {n: torch.stack([b[k] for b in own_buffers]) for k, n in enumerate(buffer_names)}
     written_out = forward is None and type(template) is MLP and template.gates is None
-    for p in stacked.values():
-        p.requires_grad_(not written_out)
-    momentum = ({n: torch.zeros_like(p) for n, p in stacked.items()} if config.momentum != 0 else None)
+    models = _StackedModels(jobs, requires_grad=not written_out)
+    momentum = ({n: torch.zeros_like(p) for n, p in models.params.items()} if config.momentum != 0 else None)
 
     x_all = torch.cat([j.x for j in jobs])
     y_all = torch.cat([j.y for j in jobs])
@@ -217,52 +208,91 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     valid = torch.arange(width).unsqueeze(0) < torch.as_tensor(sizes).unsqueeze(1)   # (d, width)
     active_at = [sum(1 for s in steps if s > t) for t in range(steps[0])]
     shuffle = _Shuffler(jobs, sizes, width)
-
-    batched_forward = (forward or stacked_forward)(template)
-    buffered_forward = vmap_forward_with_buffers(template) if stacked_buffers else None
-    plain_sgd = config.momentum == 0 and config.weight_decay == 0
+    step = _group_step(template, forward, written_out, models, momentum, config, x_all, y_all)
     for j in jobs:
         j.model.train()
-    losses = torch.full((epochs * steps[0], d), float("nan"), dtype=torch.float64)
+    losses = torch.full((epochs * steps[0], len(jobs)), float("nan"), dtype=torch.float64)
     row = 0
     for _ in range(epochs):
         index = shuffle.epoch()
         for t in range(steps[0]):
             k = active_at[t]
             cols = slice(t * bs, (t + 1) * bs)
-            idx, mask = index[:k, cols], valid[:k, cols].to(x_all.dtype)
-            params = {n: p[:k] for n, p in stacked.items()}
-            buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
-            if buffered_forward is not None:
-                per_device = _steps_by_rows(buffered_forward, stacked, stacked_buffers, momentum, config,
-                                            valid[:k, cols].sum(1).tolist(), x_all, y_all, idx)
-            elif written_out:
-                update = None if plain_sgd else (
-                    lambda n, p, g, buffers=buffers: sgd_step({n: p}, {n: g}, config,
-                                                               None if buffers is None else {n: buffers[n]}))
-                per_device = mlp_sgd_step(params, len(cast(MLP, template).layers), x_all[idx], y_all[idx], mask,
-                                          config, update)
-            else:
-                logits = batched_forward(params, x_all[idx])
-                per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
-                per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
-                grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
-                with torch.no_grad():
-                    sgd_step(params, dict(zip(names, grads, strict=True)), config, buffers)
-            losses[row, :k] = per_device.detach().to(torch.float64)
+            losses[row, :k] = step(k, index[:k, cols], valid[:k, cols]).detach().to(torch.float64)
             row += 1
-    with torch.no_grad():
-        for k, n in enumerate(names):
-            for device_params, trained in zip(own, stacked[n], strict=True):
-                device_params[k].copy_(trained)
-        for k, n in enumerate(buffer_names):
-            for device_buffers, kept in zip(own_buffers, stacked_buffers[n], strict=True):
-                device_buffers[k].copy_(kept)
+    models.write_back()
     means = np.nanmean(losses.numpy(), axis=0)
-    out = [0.0] * d
+    out = [0.0] * len(jobs)
     for i, original in enumerate(order):
         out[original] = float(means[i])
     return out
+
+
+class _StackedModels:
+    """The group's parameters and buffers stacked along a leading device dimension (in the
+    template's order), trained in place, then copied back into each device's own model."""
+
+    def __init__(self, jobs: Sequence[TrainingJob], requires_grad: bool) -> None:
+        template = jobs[0].model
+        self.names = [name for name, _ in template.named_parameters()]
+        self.own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
+        self.buffer_names = [name for name, _ in template.named_buffers()]
+        self.own_buffers = [list(j.model.buffers()) for j in jobs]
+        with torch.no_grad():
+            self.params = {n: torch.stack([params[k] for params in self.own]) for k, n in enumerate(self.names)}
+            self.buffers = {n: torch.stack([b[k] for b in self.own_buffers]) for k, n in enumerate(self.buffer_names)}
+        for p in self.params.values():
+            p.requires_grad_(requires_grad)
+
+    def write_back(self) -> None:
+        with torch.no_grad():
+            for k, n in enumerate(self.names):
+                for device_params, trained in zip(self.own, self.params[n], strict=True):
+                    device_params[k].copy_(trained)
+            for k, n in enumerate(self.buffer_names):
+                for device_buffers, kept in zip(self.own_buffers, self.buffers[n], strict=True):
+                    device_buffers[k].copy_(kept)
+
+
+GroupStep = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _group_step(template: nn.Module, forward: Callable[[nn.Module], StackedForward] | None, written_out: bool,
+                models: _StackedModels, momentum: dict[str, torch.Tensor] | None, config: TrainingConfig,
+                x_all: torch.Tensor, y_all: torch.Tensor) -> GroupStep:
+    """One SGD step of the first ``k`` devices on their batch (sample indices, which of them are
+    real rows), returning each one's batch loss: per run of equal row counts for a model with
+    buffers, the written-out MLP backward, or autograd through a stacked forward."""
+    stacked = models.params
+    if models.buffers:
+        buffered_forward = vmap_forward_with_buffers(template)
+        return lambda k, idx, valid: _steps_by_rows(buffered_forward, stacked, models.buffers, momentum, config,
+                                                    valid.sum(1).tolist(), x_all, y_all, idx)
+    if written_out:
+        layers = len(cast(MLP, template).layers)
+        plain_sgd = config.momentum == 0 and config.weight_decay == 0
+
+        def written_out_step(k: int, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+            params = {n: p[:k] for n, p in stacked.items()}
+            buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
+            update = None if plain_sgd else (
+                lambda n, p, g: sgd_step({n: p}, {n: g}, config, None if buffers is None else {n: buffers[n]}))
+            return mlp_sgd_step(params, layers, x_all[idx], y_all[idx], valid.to(x_all.dtype), config, update)
+        return written_out_step
+    batched_forward = (forward or stacked_forward)(template)
+
+    def autograd_step(k: int, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        params = {n: p[:k] for n, p in stacked.items()}
+        mask = valid.to(x_all.dtype)
+        logits = batched_forward(params, x_all[idx])
+        per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
+        per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
+        grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+        with torch.no_grad():
+            sgd_step(params, dict(zip(models.names, grads, strict=True)), config,
+                     None if momentum is None else {n: b[:k] for n, b in momentum.items()})
+        return per_device
+    return autograd_step
 
 
 def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torch.Tensor],

@@ -20,34 +20,27 @@ import logging
 import sys
 import time
 from dataclasses import asdict
-from typing import Any, cast
+from typing import Any
 
-import numpy as np
 import zmq
 
 from p2pfed.algorithms import Received
 from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
                            full_model_bytes, load_checkpoint, save_checkpoint)
+from p2pfed.peer.build import build_peer_device, peer_energy_meter
 from p2pfed.peer.config import LoadedPeerConfig
-from p2pfed.peer.data import load_own_data
-from p2pfed.peer.keys import AllowlistAuthenticator, client_configurer, load_pair, load_public, server_configurer
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
-from p2pfed.energy import EnergyPlan
+from p2pfed.peer.sockets import PeerSockets
 from p2pfed.results.attack_success import device_view
-from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
-from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
-from p2pfed.scenario.devices import build_energy_plan
-from p2pfed.scenario.loader import ScenarioError, fingerprint, launch_problems, load_scenario
-from p2pfed.scenario.randomness import int_seed
+from p2pfed.scenario.loader import fingerprint
 from p2pfed.scenario.threads import apply_torch_threads
-from p2pfed.transport import Mailbox, Outbox, Rejected
+from p2pfed.transport import Rejected
 
 log = logging.getLogger("p2pfed.peer")
 
-SNDHWM = 50          # messages queued per neighbour before new ones are dropped
 POLL_SLICE_S = 0.5   # how often the wait loop re-checks its deadline
 
 
@@ -63,29 +56,11 @@ class Peer:
     def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False) -> None:
         cfg = self.config = loaded_config.config
         self.secure = not insecure
-        self.loaded = load_scenario(loaded_config.resolve(cfg.scenario), cfg.overrides, cfg.seed)
+        built = build_peer_device(loaded_config)
+        self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
+        self.class_counts = built.class_counts
         sc = self.loaded.scenario
-        where = loaded_config.source
-        if problems := launch_problems(self.loaded, check_imports=False):
-            raise ScenarioError([f"{where}: scenario {p}" for p in problems])
-        dataset = load_scenario_dataset(self.loaded)
-        device = None
-        if cfg.data is not None:
-            device = load_own_data(loaded_config.resolve(cfg.data.path), cfg.id,
-                                   num_features=dataset.num_features, num_classes=dataset.num_classes,
-                                   test_fraction=cfg.data.test_fraction, seed=int_seed(sc.seed, "data-split"))
-        elif cfg.id >= len(dataset.devices):
-            raise ScenarioError([f"{where}: id: the scenario has devices 0..{len(dataset.devices) - 1}, "
-                                 f"got {cfg.id} (or give data.path)"])
-        self.algo = build_algorithm(self.loaded, dataset, cfg.id, device=device)
-        # Dynamic data follows the same schedule as in the simulator (a peer with its own data
-        # keeps it whole: the schedule was drawn for the scenario's devices).
-        schedule = build_class_schedule(self.loaded, dataset) if device is None else None
-        self.visible_classes = (lambda r: schedule.visible(cfg.id, r)) if schedule else None
         self.name = self.algo.ctx.device.name
-        own = self.algo.ctx.device
-        self.class_counts = {"train": np.bincount(own.y_train, minlength=dataset.num_classes).tolist(),
-                             "test": np.bincount(own.y_test, minlength=dataset.num_classes).tolist()}
         self.full_model_bytes = full_model_bytes(self.algo.ctx.model, sc.engine.precision)
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +69,7 @@ class Peer:
                                       sort_keys=True)
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
-        self.recorder, self.loop, self.intake = self._device(len(dataset.devices))
+        self.recorder, self.loop, self.intake = self._device(built.num_devices)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
         self.timed_out: list[list[Any]] = []   # [round, the neighbours no longer waited for then]
@@ -103,9 +78,14 @@ class Peer:
         self.sent_frames = SentFrames()
         self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
-        self.energy = self._energy_meter(where, len(dataset.devices))
+        self.energy = peer_energy_meter(self.loaded, cfg.id, built.num_devices, self.recorder, loaded_config.source)
+        if self.energy is not None:
+            self.energy.clock = lambda: time.time() - self.start_time
+            self.loop.count_work = True
         apply_torch_threads(sc.engine.torch_threads, batched=False)
-        self._open_sockets(loaded_config)
+        self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
+                                   max_bytes=sc.engine.max_message_bytes, on_reject=self._rejected)
+        self.mailbox, self.outbox = self.sockets.mailbox, self.sockets.outbox
 
     def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
         """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
@@ -124,64 +104,15 @@ class Peer:
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 
-    def _energy_meter(self, where: object, num_devices: int) -> EnergyMeter | None:
-        """The energy this peer would spend as the scenario's device (``devices``): its work
-        priced by its profile, its bytes and its radio's tail and idle power over the wall clock.
-        Its steps take the time they take (no simulated throughput) and nothing stops it."""
-        plan = build_energy_plan(self.loaded, num_devices)
-        if plan is None:
-            return None
-        me = self.config.id
-        if plan.has_batteries:
-            raise ScenarioError([f"{where}: scenario devices: batteries are simulated only (p2pfed run); "
-                                 "real peers report the energy they would spend, without stopping"])
-        if plan.profiles is not None and me >= len(plan.profiles):
-            raise ScenarioError([f"{where}: id: device profiles are drawn for the scenario's devices "
-                                 f"0..{len(plan.profiles) - 1}, got {me}"])
-        own = EnergyPlan(1, None if plan.profiles is None else (plan.profiles[me],), plan.radio, (None,))
-        meter = EnergyMeter(own, self.recorder)
-        meter.clock = lambda: time.time() - self.start_time
-        self.loop.count_work = True
-        return meter
-
     def _radio_busy(self) -> None:
         if self.energy is not None:   # a message's moment on the wire (its duration is the network's)
             now = time.time() - self.start_time
             self.energy.radio_busy(0, now, now)
 
     # -- sockets -----------------------------------------------------------------------------
-    def _open_sockets(self, loaded_config: LoadedPeerConfig) -> None:
-        cfg = self.config
-        self.context = zmq.Context()
-        self.auth: AllowlistAuthenticator | None = None
-        server = client = None
-        if self.secure:   # then load_peer_config required every key file
-            public, secret = load_pair(loaded_config.resolve(cast(str, cfg.secret_key)))
-            keys = {n.id: load_public(loaded_config.resolve(cast(str, n.public_key))) for n in cfg.neighbours}
-            self.auth = AllowlistAuthenticator(self.context, {k: i for i, k in keys.items()})
-            self.auth.start()
-            server = server_configurer(public, secret)
-            by_endpoint = {self.endpoints[i]: k for i, k in keys.items()}
-            client = client_configurer(public, secret, by_endpoint)
-        max_bytes = self.loaded.scenario.engine.max_message_bytes
-        try:
-            self.mailbox = Mailbox(self.context, cfg.listen, max_bytes=max_bytes, configure=server,
-                                   on_reject=self._rejected)
-        except BaseException:
-            self.close()
-            raise
-        self.outbox = Outbox(self.context, sndhwm=SNDHWM, linger_ms=0, send_timeout_ms=0, configure=client)
-
     def close(self) -> None:
         """Close sockets without lingering (idempotent)."""
-        for part in ("outbox", "mailbox"):
-            if hasattr(self, part):
-                getattr(self, part).close()
-        if self.auth is not None:
-            self.auth.stop()
-            self.auth = None
-        if not self.context.closed:
-            self.context.term()
+        self.sockets.close()
 
     # -- what the tests and reports read ---------------------------------------------------------
     @property

@@ -15,43 +15,25 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-import numpy as np
-
 from p2pfed.learning.training import Evaluation
 from p2pfed.results.delays import DelayHistogram
+from p2pfed.results.evaluations import (
+    GENERALIZATION_COLUMNS,
+    METRICS,
+    PROTOCOLS,
+    EvaluationTables,
+    protocol_columns,
+    round_float,
+)
 from p2pfed.results.ratelimit import RateLimitedLog
+
+# the evaluation tables' names stay importable from here, where the results writers look
+__all__ = ["GENERALIZATION_COLUMNS", "METRICS", "PROTOCOLS", "TRAFFIC_COLUMNS", "DeviceCounters",
+           "EvaluationTables", "Recorder", "protocol_columns", "round_float"]
 
 log = logging.getLogger("p2pfed.results")
 
 TRAFFIC_COLUMNS = ("bytes_sent_total", "messages_sent", "messages_dropped")
-METRICS = ("f1_macro", "loss", "accuracy", "f1_present")
-GENERALIZATION_COLUMNS = ("generalization_f1_mean", "generalization_f1_std")
-# Where in its round a device was scored: right after the fusion, or after its local training.
-PROTOCOLS = ("after-fusion", "after-training")
-
-
-def protocol_columns(protocol: str) -> tuple[str, str]:
-    """The rounds.csv / summary.json columns of one protocol: its mean macro-F1 and accuracy."""
-    key = protocol.replace("-", "_")
-    return f"f1_{key}_mean", f"accuracy_{key}_mean"
-
-
-def _row(evaluation: Evaluation) -> tuple[float, ...]:
-    return tuple(float(getattr(evaluation, m)) for m in METRICS)
-
-
-def _table(rows: list, width: int = len(METRICS)) -> np.ndarray:
-    """A saved evaluation table (None as NaN); rows saved before a metric existed get NaN for it."""
-    out = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float).reshape(len(rows), -1)
-    return np.pad(out, ((0, 0), (0, width - out.shape[1])), constant_values=np.nan)
-
-
-def _nanmean(values: np.ndarray) -> float:
-    return float(np.nanmean(values)) if not np.isnan(values).all() else float("nan")
-
-
-def _saved(table: np.ndarray) -> list[list[float | None]]:
-    return [[None if np.isnan(v) else float(v) for v in row] for row in table]
 
 
 @dataclass
@@ -83,10 +65,7 @@ class Recorder:
         self.devices = [DeviceCounters() for _ in self.device_ids]
         self.traffic_by_round: dict[int, Counter] = {}
         self.drop_reasons: Counter = Counter()
-        self._evals: dict[int, np.ndarray] = {}       # round -> (devices, METRICS) of the run's protocol
-        self._by_protocol: dict[str, dict[int, np.ndarray]] = {}   # protocol -> round -> (devices, METRICS)
-        self._eval_time: dict[int, float] = {}        # round -> latest evaluation time
-        self._general: dict[int, np.ndarray] = {}     # round -> (devices,) macro-F1 on the others' test data
+        self.evaluations = EvaluationTables(self.device_ids)
         self.fused_count = 0
         self.fused_age_sum = 0.0
         self.delivery_times = DelayHistogram()   # sender's sent_at to the receiver's intake, direct messages
@@ -174,24 +153,12 @@ class Recorder:
                   protocol: str | None = None, primary: bool = True) -> None:
         """``device`` evaluated its model after ``round`` (0-based) at ``time_s``: under the run's
         own protocol (``primary``: the headline columns) and/or, named, one of ``PROTOCOLS``."""
-        if protocol is not None:
-            if protocol not in PROTOCOLS:
-                raise ValueError(f"evaluation protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
-            self._store(self._by_protocol.setdefault(protocol, {}), device, round, evaluation)
-        if primary:
-            self._store(self._evals, device, round, evaluation)
-            self._eval_time[round] = max(self._eval_time.get(round, -np.inf), float(time_s) - self.time_origin)
-
-    def _store(self, tables: dict[int, np.ndarray], device: int, round: int, evaluation: Evaluation) -> None:
-        table = tables.get(round)
-        if table is None:
-            table = tables[round] = np.full((self.num_devices, len(METRICS)), np.nan)
-        table[self.index[device]] = _row(evaluation)
+        self.evaluations.evaluated(device, round, float(time_s) - self.time_origin, evaluation,
+                                   protocol=protocol, primary=primary)
 
     def generalized(self, device: int, round: int, f1_macro: float) -> None:
         """``device``'s model scored ``f1_macro`` on the other devices' pooled test data after ``round``."""
-        row = self._general.setdefault(round, np.full(self.num_devices, np.nan))
-        row[self.index[device]] = f1_macro
+        self.evaluations.generalized(device, round, f1_macro)
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -222,61 +189,19 @@ class Recorder:
     def messages_dropped(self) -> int:
         return self.total("messages_dropped")
 
-    def _metrics_row(self, round: int) -> dict[str, Any]:
-        values = self._evals[round]
-        return {
-            "round": round + 1,
-            "sim_time_s": round_float(self._eval_time[round]),
-            "f1_macro_mean": round_float(np.nanmean(values[:, 0])),
-            "f1_macro_std": round_float(np.nanstd(values[:, 0])),
-            "loss_mean": round_float(np.nanmean(values[:, 1])),
-            "accuracy_mean": round_float(np.nanmean(values[:, 2])),
-            "f1_present_mean": round_float(_nanmean(values[:, 3])),   # NaN from a checkpoint made before it
-            **self._protocols_row(round),
-            **self._generalization_row(round),
-        }
-
-    def _protocols_row(self, round: int) -> dict[str, float]:
-        """Mean macro-F1 and accuracy under each protocol scored in this round (both, by default)."""
-        out = {}
-        for protocol in PROTOCOLS:
-            values = self._by_protocol.get(protocol, {}).get(round)
-            if values is not None and not np.isnan(values[:, 0]).all():
-                f1, accuracy = protocol_columns(protocol)
-                out[f1] = round_float(np.nanmean(values[:, 0]))
-                out[accuracy] = round_float(np.nanmean(values[:, 2]))
-        return out
-
-    def _generalization_row(self, round: int) -> dict[str, float]:
-        """The generalization columns of a round (none unless evaluation.generalization is on)."""
-        values = self._general.get(round)
-        if values is None or np.isnan(values).all():
-            return {}
-        return {"generalization_f1_mean": round_float(np.nanmean(values)),
-                "generalization_f1_std": round_float(np.nanstd(values))}
-
     @property
     def latest(self) -> dict | None:
         """The metrics of the newest evaluated round (no traffic columns), for progress displays."""
-        return self._metrics_row(max(self._evals)) if self._evals else None
+        return self.evaluations.metrics_row(max(self.evaluations.primary)) if self.evaluations.primary else None
 
     @property
     def last_evaluations(self) -> list[Evaluation]:
         """Each device's newest evaluation (NaN for a device never evaluated): devices.csv."""
-        return self._last(self._evals)
+        return self.evaluations.last()
 
     def last_evaluations_under(self, protocol: str) -> list[Evaluation] | None:
         """Each device's newest evaluation under ``protocol`` (None if it was never scored)."""
-        tables = self._by_protocol.get(protocol)
-        return self._last(tables) if tables else None
-
-    def _last(self, tables: dict[int, np.ndarray]) -> list[Evaluation]:
-        out = [Evaluation(float("nan"), float("nan"), float("nan"))] * self.num_devices
-        for round in sorted(tables):
-            for i, values in enumerate(tables[round]):
-                if not np.isnan(values).all():
-                    out[i] = Evaluation(*(float(v) for v in values))
-        return out
+        return self.evaluations.last_under(protocol)
 
     @property
     def rows(self) -> list[dict]:
@@ -284,31 +209,29 @@ class Recorder:
         out: list[dict[str, Any]] = []
         total: Counter[str] = Counter()
         pending = sorted(self.traffic_by_round.items())
-        for round in sorted(self._evals):
+        for round in sorted(self.evaluations.primary):
             while pending and pending[0][0] <= round:
                 total.update(pending.pop(0)[1])
-            out.append({**self._metrics_row(round), **{k: total.get(k, 0) for k in TRAFFIC_COLUMNS}})
+            out.append({**self.evaluations.metrics_row(round), **{k: total.get(k, 0) for k in TRAFFIC_COLUMNS}})
         return out
 
     # -- saving, restoring, merging -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything recorded, as JSON-compatible data (NaN as None): checkpoints and peer.json."""
+        tables = self.evaluations.state_dict()
         return {
             "devices": self.device_ids,
             "time_origin": self.time_origin,
             "counters": [vars(d).copy() for d in self.devices],
             "traffic": {str(r): dict(c) for r, c in sorted(self.traffic_by_round.items())},
             "drop_reasons": dict(self.drop_reasons),
-            "evaluations": {str(r): {"time": self._eval_time[r], "values": _saved(self._evals[r])}
-                            for r in sorted(self._evals)},
-            "protocols": {p: {str(r): _saved(t) for r, t in sorted(tables.items())}
-                          for p, tables in sorted(self._by_protocol.items())},
+            "evaluations": tables["evaluations"],
+            "protocols": tables["protocols"],
             "fused": [self.fused_count, self.fused_age_sum],
             "delivery_times": self.delivery_times.state_dict(),
             "delivery_times_after_first": self.delivery_times_after_first.state_dict(),
             "pairs_heard": sorted([s, r] for s, r in self._pairs_heard),
-            "generalization": {str(r): [None if np.isnan(v) else float(v) for v in values]
-                               for r, values in sorted(self._general.items())},
+            "generalization": tables["generalization"],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -320,10 +243,7 @@ class Recorder:
         self.devices = [DeviceCounters(**{k: v for k, v in c.items() if k in names}) for c in state["counters"]]
         self.traffic_by_round = {int(r): Counter(c) for r, c in state["traffic"].items()}
         self.drop_reasons = Counter(state["drop_reasons"])
-        self._evals = {int(r): _table(ev["values"]) for r, ev in state["evaluations"].items()}
-        self._by_protocol = {p: {int(r): _table(rows) for r, rows in tables.items()}
-                             for p, tables in state.get("protocols", {}).items()}
-        self._eval_time = {int(r): float(ev["time"]) for r, ev in state["evaluations"].items()}
+        self.evaluations.load_state_dict(state)
         self.fused_count, self.fused_age_sum = int(state["fused"][0]), float(state["fused"][1])
         self.delivery_times = DelayHistogram()
         self.delivery_times_after_first = DelayHistogram()
@@ -332,8 +252,6 @@ class Recorder:
         if "delivery_times_after_first" in state:
             self.delivery_times_after_first.load_state_dict(state["delivery_times_after_first"])
         self._pairs_heard = {(int(s), int(r)) for s, r in state.get("pairs_heard", [])}
-        self._general = {int(r): np.array([np.nan if v is None else v for v in values], dtype=float)
-                         for r, values in state.get("generalization", {}).items()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Recorder:
@@ -351,30 +269,10 @@ class Recorder:
             for r, c in part.traffic_by_round.items():
                 rec.traffic(r).update(c)
             rec.drop_reasons.update(part.drop_reasons)
-            for r in part._evals:
-                rec._eval_time[r] = max(rec._eval_time.get(r, -np.inf), part._eval_time[r])
-            for mine, theirs in [(rec._evals, part._evals),
-                                 *((rec._by_protocol.setdefault(p, {}), t) for p, t in part._by_protocol.items())]:
-                rec._merge_tables(mine, theirs, part.device_ids)
-            for r, values in part._general.items():
-                for device, value in zip(part.device_ids, values):
-                    if not np.isnan(value):
-                        rec.generalized(device, r, float(value))
+            rec.evaluations.merge(part.evaluations)
             rec.fused_count += part.fused_count
             rec.fused_age_sum += part.fused_age_sum
             rec.delivery_times.merge(part.delivery_times)
             rec.delivery_times_after_first.merge(part.delivery_times_after_first)
             rec._pairs_heard |= part._pairs_heard
         return rec
-
-    def _merge_tables(self, mine: dict[int, np.ndarray], theirs: dict[int, np.ndarray], devices: list[int]) -> None:
-        """Copy another recorder's evaluation rows (its ``devices``, in order) into ``mine``."""
-        for r, values in theirs.items():
-            for device, row in zip(devices, values):
-                if not np.isnan(row).all():
-                    mine.setdefault(r, np.full((self.num_devices, len(METRICS)), np.nan))[self.index[device]] = row
-
-
-def round_float(x: float, digits: int = 6) -> float:
-    """Round for stable, readable output files."""
-    return float(round(float(x), digits))

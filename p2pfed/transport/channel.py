@@ -117,6 +117,16 @@ def user_id(frame: zmq.Frame) -> str | None:
     return value or None
 
 
+def close_bound(socket: zmq.Socket, endpoint: str) -> None:
+    """Close a bound socket at once, unbinding first: ``close()`` alone frees the endpoint later,
+    asynchronously, and a new socket binding it at once would fail."""
+    try:
+        socket.unbind(endpoint)
+    except zmq.ZMQError:
+        pass
+    socket.close(0)
+
+
 class Mailbox:
     """A device's inbox: one PULL socket bound at an endpoint."""
 
@@ -217,11 +227,7 @@ class Mailbox:
     def close(self) -> None:
         """Close immediately, discarding anything still queued (idempotent)."""
         if self._socket is not None:
-            try:  # unbind first: close() alone frees the endpoint later, asynchronously
-                self._socket.unbind(self.endpoint)
-            except zmq.ZMQError:
-                pass
-            self._socket.close(0)
+            close_bound(self._socket, self.endpoint)
             self._socket = None
 
     def __enter__(self) -> Mailbox:

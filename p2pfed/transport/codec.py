@@ -262,17 +262,8 @@ def _parse_header(raw: memoryview) -> dict[str, Any]:
     return header
 
 
-def decode(
-    data: bytes | bytearray | memoryview,
-    *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    require_finite: bool = True,
-) -> Message:
-    """Parse and fully validate one blob; arrays are read-only views into ``data``."""
-    try:
-        view = memoryview(data).cast("B")
-    except TypeError as exc:
-        raise CodecError("bad-header", f"data must be a contiguous bytes-like object ({exc})") from None
+def _read_prefix(view: memoryview, max_bytes: int) -> int:
+    """Check the blob's size, magic, version and header length; return the header length."""
     size = view.nbytes
     if size > max_bytes:
         raise CodecError("oversized", f"message is {size} bytes > max_bytes {max_bytes}")
@@ -289,18 +280,17 @@ def decode(
         raise CodecError("oversized", f"header length {header_len} > {MAX_HEADER_BYTES}")
     if PREFIX_SIZE + header_len > size:
         raise CodecError("truncated", f"header length {header_len} runs past the {size}-byte blob")
-    header = _parse_header(view[PREFIX_SIZE : PREFIX_SIZE + header_len])
+    return int(header_len)
 
-    kind, sender, round_, sent_at = _check_routing(header["kind"], header["sender"], header["round"], header["sent_at"])
-    meta = header["meta"]
-    if type(meta) is not dict:
-        raise CodecError("bad-header", f"meta must be a JSON object, got {type(meta).__name__}")
-    _check_meta(meta, "meta")
-    specs = header["tensors"]
+
+_Layout = list[tuple[str, np.dtype, tuple[int, ...], int]]
+
+
+def _tensor_layout(specs: Any, max_bytes: int) -> tuple[_Layout, int]:
+    """Validate the header's tensor specs; return (name, dtype, shape, nbytes) per tensor and their total."""
     if type(specs) is not list:
         raise CodecError("bad-header", f"tensors must be a JSON list, got {type(specs).__name__}")
-
-    layout: list[tuple[str, np.dtype, tuple[int, ...], int]] = []
+    layout: _Layout = []
     seen: set[str] = set()
     payload = 0
     for i, spec in enumerate(specs):
@@ -314,14 +304,12 @@ def decode(
         shape, nbytes = _check_shape(name, spec["shape"], dtype.itemsize, max_bytes)
         layout.append((name, dtype, shape, nbytes))
         payload += nbytes
-    remaining = size - PREFIX_SIZE - header_len
-    if payload > remaining:
-        raise CodecError("truncated", f"tensors need {payload} bytes, only {remaining} follow the header")
-    if payload < remaining:
-        raise CodecError("trailing-bytes", f"{remaining - payload} unexpected bytes after the tensors")
+    return layout, payload
 
+
+def _tensor_views(view: memoryview, offset: int, layout: _Layout, require_finite: bool) -> dict[str, np.ndarray]:
+    """Read-only arrays over the buffers that start at ``offset``, in header order."""
     tensors: dict[str, np.ndarray] = {}
-    offset = PREFIX_SIZE + header_len
     for name, dtype, shape, nbytes in layout:
         if nbytes:
             array = np.frombuffer(view, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
@@ -332,4 +320,33 @@ def decode(
             _check_finite(name, array)
         tensors[name] = array
         offset += nbytes
+    return tensors
+
+
+def decode(
+    data: bytes | bytearray | memoryview,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    require_finite: bool = True,
+) -> Message:
+    """Parse and fully validate one blob; arrays are read-only views into ``data``."""
+    try:
+        view = memoryview(data).cast("B")
+    except TypeError as exc:
+        raise CodecError("bad-header", f"data must be a contiguous bytes-like object ({exc})") from None
+    header_len = _read_prefix(view, max_bytes)
+    header = _parse_header(view[PREFIX_SIZE : PREFIX_SIZE + header_len])
+
+    kind, sender, round_, sent_at = _check_routing(header["kind"], header["sender"], header["round"], header["sent_at"])
+    meta = header["meta"]
+    if type(meta) is not dict:
+        raise CodecError("bad-header", f"meta must be a JSON object, got {type(meta).__name__}")
+    _check_meta(meta, "meta")
+    layout, payload = _tensor_layout(header["tensors"], max_bytes)
+    remaining = view.nbytes - PREFIX_SIZE - header_len
+    if payload > remaining:
+        raise CodecError("truncated", f"tensors need {payload} bytes, only {remaining} follow the header")
+    if payload < remaining:
+        raise CodecError("trailing-bytes", f"{remaining - payload} unexpected bytes after the tensors")
+    tensors = _tensor_views(view, PREFIX_SIZE + header_len, layout, require_finite)
     return Message(kind=kind, sender=sender, round=round_, sent_at=sent_at, meta=meta, tensors=tensors)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import zmq
 
-from p2pfed.transport.channel import ZERO_COPY_MIN_BYTES, ChannelStats, new_namespace
+from p2pfed.transport.channel import ZERO_COPY_MIN_BYTES, ChannelStats, close_bound, new_namespace
 
 _ENVELOPE = struct.Struct(">QI")  # sequence number of the carry, number of destinations
 _DESTINATION = struct.Struct(">I")   # then each destination device
@@ -118,11 +118,7 @@ class RoutedInprocNetwork:
     def close(self) -> None:
         """Close both sockets, discarding anything queued (idempotent)."""
         if self._pull is not None:
-            try:  # unbind first: close() alone frees the endpoint later, asynchronously
-                self._pull.unbind(self.endpoint)
-            except zmq.ZMQError:
-                pass
-            self._pull.close(0)
+            close_bound(self._pull, self.endpoint)
             self._pull = None
         if self._push is not None:
             self._push.close(0)

@@ -62,6 +62,14 @@ def _number(path: Path, number: int, text: str, what: str) -> float:
     return value
 
 
+def _time(path: Path, number: int, text: str, what: str, last_time: float) -> float:
+    """A line's time, which must not go back before the previous line's."""
+    t = _number(path, number, text, what)
+    if t < last_time:
+        raise ContactError(f"{path}:{number}: {what} {t} goes back before {last_time}")
+    return t
+
+
 def _pair(path: Path, number: int, a: str, b: str) -> tuple[str, str]:
     if a == b:
         raise ContactError(f"{path}:{number}: a contact needs two distinct ids, got {a!r} twice")
@@ -80,10 +88,7 @@ def read_one(path: Path) -> list[TraceContact]:
     for number, f in _lines(path):
         if len(f) != 5 or f[1] != "CONN" or f[4] not in ("up", "down"):
             raise ContactError(f"{path}:{number}: expected '<time> CONN <a> <b> up|down', got {' '.join(f)!r}")
-        t = _number(path, number, f[0], "time")
-        if t < last_time:
-            raise ContactError(f"{path}:{number}: time {t} goes back before {last_time}")
-        last_time = t
+        t = last_time = _time(path, number, f[0], "time", last_time)
         pair = _pair(path, number, f[2], f[3])
         if f[4] == "up":
             open_since.setdefault(pair, t)   # a repeated 'up' keeps the link open since the first
@@ -117,10 +122,7 @@ def read_sociopatterns(path: Path, window_s: float = 20.0) -> list[TraceContact]
     for number, f in _lines(path):
         if len(f) != 3:
             raise ContactError(f"{path}:{number}: expected 't i j', got {' '.join(f)!r}")
-        t = _number(path, number, f[0], "t")
-        if t < last_time:
-            raise ContactError(f"{path}:{number}: t {t} goes back before {last_time}")
-        last_time = t
+        t = last_time = _time(path, number, f[0], "t", last_time)
         pair = _pair(path, number, f[1], f[2])
         run = runs.get(pair)
         if run is not None and t - run[1] == window_s:
