@@ -45,6 +45,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
 
+from p2pfed.algorithms.naming import default_name
 from p2pfed.algorithms.payloads import Payload as Payload, Received as Received   # re-exported for methods
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
@@ -263,9 +264,12 @@ BaseOptions = Options
 
 
 class Algorithm(ABC):
-    """One device's learning method: subclass it, set ``name``, and override the hooks you need
-    (the module docstring lists them; the defaults give plain local training)."""
+    """One device's learning method: subclass it and override the hooks you need (the module
+    docstring lists them; the defaults give plain local training)."""
 
+    # What it is called in scenarios, logs and results tables, and the wire kind of its shares
+    # unless ``message_kind`` says otherwise; a class that sets none is named after its class
+    # (``naming.default_name``). Both must match the codec's kinds: ``[a-z0-9/_-]{1,64}``.
     name: ClassVar[str]
     message_kind: ClassVar[str] = ""          # the wire kind of its shares; default: ``name``
     Options: ClassVar[type[BaseOptions]] = Options
@@ -279,6 +283,11 @@ class Algorithm(ABC):
         # Newest payload per peer, or per (peer, part) for a share sent in parts; each entry's
         # ``parsed`` is what ``check`` returned for it.
         self.cache: dict[Hashable, Received] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = default_name(cls.__name__)
 
     @classmethod
     def kind(cls) -> str:
