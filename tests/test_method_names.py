@@ -47,6 +47,15 @@ def test_a_users_method_without_a_name_runs_under_its_class_name(tmp_path):
     assert federation.recorder.messages_dropped == 0 and federation.recorder.bytes_sent_total > 0
 
 
+def test_a_subclass_without_a_name_keeps_its_parents(tmp_path):
+    """A wrapper (an attack's, a user's variant) still speaks its method's kind on the wire."""
+    from p2pfed.algorithms.attacks import Attack, adversarial
+
+    cls = algorithm_class(write_method(tmp_path, "parent_gossip", "ParentGossip"), [tmp_path])
+    attacked = adversarial(cls, Attack(("free-ride",)), seed=0)
+    assert attacked.name == attacked.kind() == "parent-gossip"
+
+
 @pytest.mark.parametrize(("attribute", "value"), [("name", "My Method"), ("message_kind", "gossip:model"),
                                                   ("name", "x" * 65)])
 def test_a_name_the_wire_cannot_carry_is_one_line_at_validate(tmp_path, capsys, attribute, value):

@@ -273,11 +273,9 @@ STAT_COUNTERS = ("clusterings", "k_sum", "literal_k_sum", "cluster_size_sum", "c
 
 
 @register
-class FedSub(Algorithm):
+class FedSub(Algorithm[FedSubOptions]):
     name = "fedsub"
     message_kind = "fedsub/artifacts"
-    Options = FedSubOptions
-    options: FedSubOptions
     parts = PARTS
 
     def __init__(self, ctx: DeviceContext, options: FedSubOptions) -> None:
