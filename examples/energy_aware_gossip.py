@@ -23,10 +23,8 @@ class EnergyAwareOptions(GossipAvgOptions):
     low_every: int = Field(4, ge=1, description="when low, share only in rounds divisible by this")
 
 
-class EnergyAwareGossip(GossipAvg):
+class EnergyAwareGossip(GossipAvg[EnergyAwareOptions]):
     name = "energy-aware-gossip"
-    Options = EnergyAwareOptions
-    options: EnergyAwareOptions
     steps = low = quiet = 0   # steps taken, of them with the battery low, of them without sending
 
     def share(self, round: int) -> Payload | None:

@@ -14,18 +14,16 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.func import functional_call
 
-from p2pfed.algorithms import Algorithm, FusionJob, Options, Payload, Received
-from p2pfed.algorithms.model_payload import checked_tensors, model_payload, parameter_shapes
+from p2pfed.algorithms import (Algorithm, FusionJob, Options, Payload, Received, checked_tensors, model_payload,
+                               parameter_shapes)
 
 
 class LossWeightedOptions(Options):
     temperature: float = Field(0.5, gt=0, description="lower: trust the best-fitting models more")
 
 
-class LossWeightedGossip(Algorithm):
+class LossWeightedGossip(Algorithm[LossWeightedOptions]):
     name = "loss-weighted-gossip"
-    Options = LossWeightedOptions
-    options: LossWeightedOptions
     own_weight = 1.0   # the device's own weight at its last fusion: reported, so kept in its state
 
     def share(self, round: int) -> Payload:

@@ -209,6 +209,22 @@ def test_a_sweep_runs_the_users_method_and_model_shortened_from_the_command_line
         summary = json.loads((cell / "summary.json").read_text())
         assert summary["rounds"] == 2 and summary["seed"] == 4
         assert f"{ROOT}/examples/dropout_mlp.py:make_model" in summary["code"]["user_code"]
+    # The tables name the user's method as it names itself; its file is in each summary's code.
+    for table in ("sweep.csv", "summary.csv"):
+        rows = list(csv.DictReader((tmp_path / "out" / table).open()))
+        assert sorted({r["method"] for r in rows}) == ["gossip-avg", "loss-weighted-gossip"], table
+
+
+def test_a_users_method_is_labelled_by_its_name_in_summary_and_compare_tables(tmp_path):
+    summary = run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"]), tmp_path / "run",
+                           progress=False)
+    assert summary["algorithm"] == "loss-weighted-gossip"
+    assert summary["code"]["user_code"][METHOD]["path"] == str(ROOT / "examples" / "loss_weighted_gossip.py")
+    method = f"{ROOT}/examples/loss_weighted_gossip.py:LossWeightedGossip"
+    assert main(["compare", str(SCENARIO), "--algorithms", f"{method},local", "--out", str(tmp_path / "cmp"),
+                 "--quiet", *_sets(TINY)]) == 0
+    rows = list(csv.DictReader((tmp_path / "cmp" / "comparison.csv").open()))
+    assert [r["algorithm"] for r in rows] == ["loss-weighted-gossip", "local"]
 
 
 def test_a_sweep_cell_is_keyed_by_the_users_code(tmp_path):

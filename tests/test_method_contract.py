@@ -119,3 +119,58 @@ def test_methods_that_take_any_model_keep_the_contract_on_a_model_of_the_users_o
         sys.path.remove(str(ROOT / "examples"))
     model = make_model(6, 3, torch.Generator().manual_seed(0), hidden=16, dropout=0.2)
     check_algorithm(ALGORITHMS[name], OPTIONS.get(name, {}), model=model)
+
+
+class SetOrderedGossip(Algorithm):
+    """Gossip averaging that gives the peer first in a set of peer names half the weight: the
+    same order in one process, another in a process with another hash seed."""
+
+    def share(self, round: int) -> Payload:
+        return model_payload(self.ctx.model, self.ctx.num_samples)
+
+    def check(self, payload: Payload) -> dict[str, np.ndarray]:
+        return checked_tensors(payload, parameter_shapes(self.ctx.model))
+
+    def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
+        by_name = {f"peer-{r.sender}": r for r in fresh}
+        favourite = next(iter(set(by_name)), None)
+        members = [(r.parsed, 2.0 if name == favourite else 1.0) for name, r in sorted(by_name.items())]
+        return averaging_job(self.ctx.model, 1.0, members)
+
+
+def test_the_suite_catches_a_fusion_in_set_order_and_names_the_likely_causes():
+    with pytest.raises(ContractError, match="same_seed_same_numbers") as err:
+        check_algorithm(SetOrderedGossip)
+    message = str(err.value)
+    assert "PYTHONHASHSEED" in message and "iterating a set" in message and "global random generator" in message
+
+
+def test_a_method_drawing_from_a_global_generator_is_not_blamed_on_its_state_dict():
+    with pytest.raises(ContractError) as err:
+        check_algorithm(Unseeded)
+    assert "global random generator" in str(err.value)
+    assert "state_dict" not in str(err.value)
+
+
+INPUT_SIZES: list[int] = []
+
+
+def small_model(input_size: int, num_classes: int, generator: torch.Generator) -> torch.nn.Module:
+    """A model factory of a user's own, built for the data's inputs."""
+    INPUT_SIZES.append(input_size)
+    model = torch.nn.Sequential(torch.nn.Linear(input_size, 32), torch.nn.ReLU(), torch.nn.Linear(32, num_classes))
+    for p in model.parameters():
+        torch.nn.init.uniform_(p, -0.3, 0.3, generator=generator)
+    return model
+
+
+def test_the_contract_hands_a_model_factory_the_input_size():
+    from p2pfed.data import make_synthetic
+    from p2pfed.testing.checks import DATA_FEATURES
+
+    check_algorithm(ALGORITHMS["gossip-avg"], model=small_model)
+    assert set(INPUT_SIZES) == {DATA_FEATURES}
+    INPUT_SIZES.clear()
+    nine = make_synthetic(num_devices=3, num_classes=2, num_features=9, samples_per_class=8, seed=1)
+    check_algorithm(ALGORITHMS["gossip-avg"], dataset=nine, model=small_model)
+    assert set(INPUT_SIZES) == {9}

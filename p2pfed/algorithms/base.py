@@ -38,14 +38,16 @@ import weakref
 from abc import ABC
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, get_args, get_origin
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
+from typing_extensions import TypeVar as DefaultTypeVar
 
 from p2pfed.algorithms.memory import MemoryFacts, MemoryTerm
+from p2pfed.algorithms.naming import default_name
 from p2pfed.algorithms.payloads import Payload as Payload, Received as Received   # re-exported for methods
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
 from p2pfed.data import DeviceData
@@ -261,25 +263,43 @@ class DeviceContext:
 
 # Inside ``Algorithm``, ``Options`` names its class attribute; its annotations say ``BaseOptions``.
 BaseOptions = Options
+# A method's options type: ``class MyMethod(Algorithm[MyOptions])``; plain ``Algorithm``: no options.
+OptionsT = DefaultTypeVar("OptionsT", bound=Options, default=Options, covariant=True)
 
 
-class Algorithm(ABC):
-    """One device's learning method: subclass it, set ``name``, and override the hooks you need
-    (the module docstring lists them; the defaults give plain local training)."""
+class Algorithm(ABC, Generic[OptionsT]):
+    """One device's learning method: subclass it, with its options type as the parameter
+    (``class MyMethod(Algorithm[MyOptions])``: ``Options`` and the type of ``self.options``
+    both follow from it), and override the hooks you need (the module docstring lists them; the
+    defaults give plain local training). A method others derive from with their own options
+    takes a type variable bound to its options (``GossipAvg``), whose default is its own."""
 
+    # What it is called in scenarios, logs and results tables, and the wire kind of its shares
+    # unless ``message_kind`` says otherwise; a class that sets none inherits its parent's, and
+    # one with no named parent is named after its class (``naming.default_name``). Both must
+    # match the codec's kinds: ``[a-z0-9/_-]{1,64}``.
     name: ClassVar[str]
     message_kind: ClassVar[str] = ""          # the wire kind of its shares; default: ``name``
-    Options: ClassVar[type[BaseOptions]] = Options
+    Options: ClassVar[type[BaseOptions]] = Options   # set from the class's parameter
+    options: OptionsT
     # The parts its shares may name (``meta['part']``; "whole" when unnamed): ``forwarding.parts``
     # may only name these.
     parts: ClassVar[tuple[str, ...]] = ("whole",)
 
-    def __init__(self, ctx: DeviceContext, options: BaseOptions) -> None:
+    def __init__(self, ctx: DeviceContext, options: OptionsT) -> None:
         self.ctx = ctx
         self.options = options
         # Newest payload per peer, or per (peer, part) for a share sent in parts; each entry's
         # ``parsed`` is what ``check`` returned for it.
         self.cache: dict[Hashable, Received] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if getattr(cls, "name", None) is None:   # neither set nor inherited (a wrapper keeps its method's)
+            cls.name = default_name(cls.__name__)
+        declared = _declared_options(cls)
+        if declared is not None and "Options" not in cls.__dict__:
+            cls.Options = declared
 
     @classmethod
     def kind(cls) -> str:
@@ -400,6 +420,20 @@ class Algorithm(ABC):
         for item in fresh:
             item.fresh = False
         return fresh
+
+
+def _declared_options(cls: type) -> type[Options] | None:
+    """The options type ``cls`` gives a generic method class it derives from (``Algorithm[X]``,
+    ``GossipAvg[X]``); for a parameter left a type variable, that variable's default."""
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin = get_origin(base)
+        if not (isinstance(origin, type) and issubclass(origin, Algorithm)):
+            continue
+        declared = get_args(base)[0]
+        declared = getattr(declared, "__default__", None) if isinstance(declared, TypeVar) else declared
+        if isinstance(declared, type) and issubclass(declared, Options):
+            return declared
+    return None
 
 
 def _peer_order(key: Hashable) -> tuple[Any, ...]:

@@ -147,7 +147,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                callbacks=_callbacks(args))
         assert summary is not None   # no checkpoints: the run goes to its end
         summaries.append(summary)
-        rounds[name] = read_csv(out / folder_label(name) / "rounds.csv")
+        rounds[summary["algorithm"]] = read_csv(out / folder_label(name) / "rounds.csv")   # as the table names it
     print(write_comparison(out, summaries, rounds, title=loaded.scenario.name))
     print(f"results in {out}/ (comparison.csv, comparison.png, one folder per algorithm)")
     return 0

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from p2pfed.algorithms.attacks import Attack
+from p2pfed.algorithms.registry import method_label
 from p2pfed.plugins import loaded_code
 from p2pfed.results.attack_success import attack_success
 from p2pfed.results.provenance import code_version
@@ -30,7 +31,7 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
         for key, value in device_stats.items():
             by_key.setdefault(key, []).append(value)
     return {
-        "algorithm": config["algorithm"]["name"],
+        "algorithm": method_label(config["algorithm"]["name"]),   # a user's class by its name; its file in "code"
         "scenario": config["name"],
         "scenario_file": source,
         "seed": config["seed"],

@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from p2pfed.algorithms.registry import method_label
 from p2pfed.results.files import read_csv
 from p2pfed.sweeps import store
 from p2pfed.sweeps.cells import Point
@@ -104,10 +105,20 @@ def sweep_columns(keys: list[str], energy: bool = False) -> list[str]:
     return ["method", *keys, "seed", "cell", "status", "error", *CELL_METRICS, *(ENERGY_METRICS if energy else ())]
 
 
+def method_labels(results: list[CellResult]) -> dict[str, str]:
+    """Each method of the grid as the tables show it: the name its finished cells' summary.json
+    gives it (a user's class by its own ``name``, its file in the summary's ``code``), else the
+    sweep's name for it."""
+    labels = {r.point.method: r.summary.get("algorithm", r.point.method)
+              for r in reversed(results) if r.summary is not None}
+    return {r.point.method: labels.get(r.point.method) or method_label(r.point.method) for r in results}
+
+
 def sweep_rows(results: list[CellResult]) -> list[dict[str, Any]]:
     rows = []
+    labels = method_labels(results)
     for r in results:
-        row = {"method": r.point.method, **{k: value_text(v) for k, v in r.point.values},
+        row = {"method": labels[r.point.method], **{k: value_text(v) for k, v in r.point.values},
                "seed": r.point.seed, "cell": r.point.cell.folder, "status": r.status, "error": r.error}
         if r.summary is not None:
             row.update({col: _dig(r.summary, path) for col, path in (CELL_METRICS | ENERGY_METRICS).items()})
@@ -150,9 +161,10 @@ def summary_rows(results: list[CellResult], keys: list[str]) -> list[dict[str, A
     for r in results:
         groups.setdefault((r.point.method, *(value_text(v) for _, v in r.point.values)), []).append(r)
     rows = []
+    labels = method_labels(results)
     for (method, *values), members in groups.items():
         done = [r for r in members if r.summary is not None]
-        row: dict[str, Any] = {"method": method, **dict(zip(keys, values)), "n": len(done),
+        row: dict[str, Any] = {"method": labels[method], **dict(zip(keys, values)), "n": len(done),
                                "failed": sum(r.status == "failed" for r in members)}
         paths = {name: CELL_METRICS[column] for name, column in SUMMARY_METRICS.items()}
         for name, path in (paths | {"joules_per_device": ENERGY_METRICS["joules_per_device"]}).items():
@@ -174,11 +186,12 @@ def curves(results: list[CellResult]) -> tuple[str, dict[tuple, dict[str, list[l
     done = [r for r in results if r.summary is not None]
     synchronous = all(_dig(r.summary, ("config", "contacts", "kind")) in (None, "none") for r in done)
     x = "round" if synchronous else "sim_time_s"
+    labels = method_labels(results)
     panels: dict[tuple, dict[str, list]] = {}
     for r in done:
         assert r.folder is not None   # a finished cell has its folder
         rows = read_csv(r.folder / "rounds.csv")
         series = [(float(row[x]), float(row["f1_macro_mean"])) for row in rows]
         label = tuple((k, value_text(v)) for k, v in r.point.values)
-        panels.setdefault(label, {}).setdefault(r.point.method, []).append(series)
+        panels.setdefault(label, {}).setdefault(labels[r.point.method], []).append(series)
     return x, panels

@@ -40,11 +40,12 @@ COLUMNS = ["a", "b", "protocol", "unit", "n", "devices", "f1_a", "f1_b", "f1_dif
 
 
 def label(r: CellResult) -> str:
-    """A configuration's name: the method and the swept values it has, e.g. ``fedsub
-    algorithm.fusion=overlap``; a key the method lacks (it ran without it) is left out, so its
-    points are one configuration."""
+    """A configuration's name: the method (as its summary.json names it) and the swept values it
+    has, e.g. ``fedsub algorithm.fusion=overlap``; a key the method lacks (it ran without it) is
+    left out, so its points are one configuration."""
     method = r.point.method
-    return " ".join([method, *(f"{k}={value_text(v)}" for k, v in r.point.values if knows(method, k))])
+    shown = (r.summary or {}).get("algorithm") or method   # a user's class by its own name
+    return " ".join([shown, *(f"{k}={value_text(v)}" for k, v in r.point.values if knows(method, k))])
 
 
 def per_device_f1(r: CellResult, column: str = "f1_macro") -> dict[int, float]:

@@ -14,16 +14,27 @@ or, one pytest case per check::
     def test_my_method(check):
         check()
 
-Each check runs a few rounds of a small federation on planted synthetic data through the real
-device loop and intake (``Federation``):
+Each check runs a few rounds of a small federation through the real device loop and intake
+(``Federation``). Its data, unless the caller gives a ``dataset``: four devices, three classes,
+six features, each class made of two planted Gaussian groups, twelve training samples per class
+on every device (``default_dataset``); its model, unless the caller gives one: an MLP with two
+hidden layers of 16 units. A ``model`` may be a module built for those inputs or, better, a
+factory called as a scenario's ``model.name`` is, ``factory(input_size, num_classes, generator)``
+(``input_size`` is ``DATA_FEATURES`` for the default data, ``dataset.num_features`` otherwise).
 
+- ``names_valid``: ``name`` and ``message_kind`` can name a message on the wire
+  (``[a-z0-9/_-]{1,64}``);
 - ``state_round_trip``: ``load_state_dict(state_dict())`` on a fresh device gives back the same state;
 - ``resume_equals_uninterrupted``: three rounds, a checkpoint into fresh devices, three more rounds
   equal six rounds straight — models, evaluations and ``stats()`` — which fails when a method keeps
   state its ``state_dict`` leaves out;
 - ``batched_equals_one_at_a_time``: the runtime's batched training, fusion and evaluation equal
   each device's work run alone, to float rounding;
-- ``same_seed_same_numbers``: two runs from the same seed give identical numbers;
+- ``same_seed_same_numbers``: two runs from the same seed give identical numbers, in this process
+  (a global random generator breaks it) and in two helper processes with different hash seeds
+  (``PYTHONHASHSEED``; iterating a ``set`` of strings breaks it, as it would two ``p2pfed run``s).
+  A method class that a new process cannot import (defined in ``__main__`` or in a function) is
+  compared in this process only, with a warning;
 - ``malformed_payloads_refused``: a peer's share with a tensor missing, reshaped or retyped, or a
   meta field missing or of another type, is refused by ``check`` with ``ArtifactError`` — or, if
   accepted, fused and trained on without error;
@@ -45,15 +56,24 @@ import numpy as np
 import torch
 
 from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received, RunFacts
+from p2pfed.algorithms.naming import check_names
 from p2pfed.data import FederatedDataset, make_synthetic
 from p2pfed.device import merge_parts
+from p2pfed.learning.model import ModelFactory, build_user_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.learning.units import has_units
+from p2pfed.scenario.randomness import int_seed
 from p2pfed.testing.federation import Federation, fuse_once, make_algorithms, train_once
+from p2pfed.testing.hash_seeds import HelperError, call_with_hash_seed
 
 ROUNDS = 6            # the run a device is told it is in
 HIDDEN = (16, 16)
 TOLERANCE = 1e-4      # batched against one at a time, after a few rounds
+DATA_DEVICES, DATA_CLASSES, DATA_FEATURES = 4, 3, 6     # the default planted data
+HASH_SEEDS = ("1", "2")   # of the two helper processes the same-seed check also runs in
+LIKELY_CAUSES = ("likely causes: iterating a set (or a dict filled in set order), whose order changes with "
+                 "the process's hash seed; a global random generator (torch.rand*, np.random.*, random.*) "
+                 "instead of ctx.rng / ctx.torch_generator")
 
 
 class ContractError(AssertionError):
@@ -67,17 +87,27 @@ class Setup:
     method: type[Algorithm]
     options: dict[str, Any]
     dataset: FederatedDataset
-    model: torch.nn.Module | None
+    model: torch.nn.Module | ModelFactory | None
     seed: int = 0
 
+    def initial_model(self) -> torch.nn.Module | None:
+        """The model every device starts from (None: the default MLP); a factory is handed the
+        data's input size and number of classes."""
+        if self.model is None or isinstance(self.model, torch.nn.Module):
+            return self.model
+        name = getattr(self.model, "__qualname__", repr(self.model))
+        return build_user_model(self.model, name, self.dataset.num_features, self.dataset.num_classes,
+                                int_seed(self.seed, "model-init"))
+
     def algorithms(self) -> list[Algorithm]:
+        model = self.initial_model()
         facts = RunFacts(method=self.method.name, rounds=ROUNDS,
-                         model_name="mlp" if self.model is None else type(self.model).__name__,
-                         mlp_layers=len(HIDDEN) + 1 if self.model is None else None,
-                         model_units=self.model is None or has_units(self.model))
+                         model_name="mlp" if model is None else type(model).__name__,
+                         mlp_layers=len(HIDDEN) + 1 if model is None else None,
+                         model_units=model is None or has_units(model))
         self.method.Options.model_validate(self.options, context={"run": facts})
         return make_algorithms(self.method, self.dataset, self.options, seed=self.seed, rounds=ROUNDS,
-                               hidden=HIDDEN, model=self.model, training=TrainingConfig(lr=0.1, batch_size=8))
+                               hidden=HIDDEN, model=model, training=TrainingConfig(lr=0.1, batch_size=8))
 
     def federation(self, *, batched: bool = False, precision: str = "float32") -> Federation:
         return Federation(self.algorithms(), batched=batched, precision=precision)
@@ -85,11 +115,18 @@ class Setup:
 
 def default_dataset() -> FederatedDataset:
     """Four devices, three classes with two planted groups each, six features: small and fast."""
-    return make_synthetic(num_devices=4, num_classes=3, num_features=6, groups_per_class=2,
-                          samples_per_class=12, seed=0)
+    return make_synthetic(num_devices=DATA_DEVICES, num_classes=DATA_CLASSES, num_features=DATA_FEATURES,
+                          groups_per_class=2, samples_per_class=12, seed=0)
 
 
 # -- the checks ----------------------------------------------------------------------------------
+def check_names_valid(setup: Setup) -> None:
+    try:
+        check_names(setup.method)
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
+
+
 def check_state_round_trip(setup: Setup) -> None:
     federation = setup.federation().run(2)
     for i, algo in enumerate(federation.algorithms):
@@ -106,12 +143,18 @@ def check_resume_equals_uninterrupted(setup: Setup) -> None:
     resumed = setup.federation()
     resumed.load_state_dict(saved)
     resumed.run(3, evaluate=True)
-    for i, (a, b) in enumerate(zip(straight.algorithms, resumed.algorithms, strict=True)):
-        _assert_same(_parameters(a), _parameters(b),
-                     f"device {i}: the model after a resume (is every attribute the method keeps between "
-                     "rounds in its state_dict?)")
-        _assert_same(a.stats(), b.stats(), f"device {i}: stats() after a resume")
-    _assert_same(straight.evaluations(), resumed.evaluations(), "the evaluations after a resume")
+    try:
+        for i, (a, b) in enumerate(zip(straight.algorithms, resumed.algorithms, strict=True)):
+            _assert_same(_parameters(a), _parameters(b),
+                         f"device {i}: the model after a resume (is every attribute the method keeps between "
+                         "rounds in its state_dict?)")
+            _assert_same(a.stats(), b.stats(), f"device {i}: stats() after a resume")
+        _assert_same(straight.evaluations(), resumed.evaluations(), "the evaluations after a resume")
+    except ContractError:
+        if _differs_between_runs(setup):   # not the checkpoint's fault: see same_seed_same_numbers
+            raise ContractError("a resumed run differs, but so do two runs from one seed without a resume; "
+                                + LIKELY_CAUSES) from None
+        raise
 
 
 def check_batched_equals_one_at_a_time(setup: Setup) -> None:
@@ -129,11 +172,54 @@ def check_batched_equals_one_at_a_time(setup: Setup) -> None:
 
 
 def check_same_seed_same_numbers(setup: Setup) -> None:
-    first = setup.federation().run(3, evaluate=True)
-    second = setup.federation().run(3, evaluate=True)
-    for i, (a, b) in enumerate(zip(first.algorithms, second.algorithms, strict=True)):
-        _assert_same(_parameters(a), _parameters(b), f"device {i}: the model of two runs from one seed")
-    _assert_same(first.evaluations(), second.evaluations(), "the evaluations of two runs from one seed")
+    first, second = same_seed_outcome(setup), same_seed_outcome(setup)
+    _assert_same(first, second, f"two runs from one seed, in one process ({LIKELY_CAUSES})")
+    if not _importable_elsewhere(setup):
+        return
+    try:
+        uses = [setup.method, setup.model if callable(setup.model) and not isinstance(setup.model, torch.nn.Module)
+                else type(setup.model)]
+        outcomes = [call_with_hash_seed(seed, same_seed_outcome, setup, uses=uses) for seed in HASH_SEEDS]
+    except HelperError as exc:
+        raise ContractError(f"a run from one seed in a helper process failed: {exc}") from None
+    _assert_same(outcomes[0], outcomes[1], f"two runs from one seed, in processes with PYTHONHASHSEED="
+                 f"{' and '.join(HASH_SEEDS)} ({LIKELY_CAUSES})")
+
+
+def same_seed_outcome(setup: Setup) -> dict[str, Any]:
+    """What two runs from one seed must agree on: every device's model and evaluation after
+    three rounds."""
+    federation = setup.federation().run(3, evaluate=True)
+    return {"models": [_parameters(a) for a in federation.algorithms], "evaluations": federation.evaluations()}
+
+
+def _differs_between_runs(setup: Setup) -> bool:
+    try:
+        _assert_same(same_seed_outcome(setup), same_seed_outcome(setup), "")
+    except ContractError:
+        return True
+    return False
+
+
+def _importable_elsewhere(setup: Setup) -> bool:
+    """Whether a new process can rebuild ``setup`` (the method class, the model, the data, by
+    pickling); if not, says so in a warning."""
+    import pickle
+    import warnings
+
+    problem = None
+    if setup.method.__module__ == "__main__":
+        problem = "it is defined in __main__"
+    else:
+        try:
+            pickle.dumps(setup)
+        except Exception as exc:   # a class in a function, a lambda factory
+            problem = f"{type(exc).__name__}: {exc}"
+    if problem is not None:
+        warnings.warn(f"{setup.method.__qualname__}: same_seed_same_numbers compared runs in this process only: a new "
+                      f"process cannot import the method or its model ({problem}); define them at a module's top "
+                      "level to check set order too", stacklevel=2)
+    return problem is None
 
 
 def check_parts_declared(setup: Setup) -> None:
@@ -194,6 +280,7 @@ def check_reduced_precision_accepted(setup: Setup) -> None:
 
 
 CHECKS: dict[str, Callable[[Setup], None]] = {
+    "names_valid": check_names_valid,
     "state_round_trip": check_state_round_trip,
     "resume_equals_uninterrupted": check_resume_equals_uninterrupted,
     "batched_equals_one_at_a_time": check_batched_equals_one_at_a_time,
@@ -206,23 +293,29 @@ CHECKS: dict[str, Callable[[Setup], None]] = {
 
 # -- entry points ----------------------------------------------------------------------------------
 def algorithm_checks(method: type[Algorithm], options: dict[str, Any] | None = None, *,
-                     dataset: FederatedDataset | None = None, model: torch.nn.Module | None = None,
+                     dataset: FederatedDataset | None = None, model: torch.nn.Module | ModelFactory | None = None,
                      ) -> Iterator[tuple[str, Callable[[], None]]]:
-    """(name, check) for every check of ``method`` (with ``options``), each runnable alone."""
+    """(name, check) for every check of ``method`` (with ``options``), each runnable alone;
+    ``dataset`` and ``model`` replace the planted data and the MLP (a model factory is handed the
+    data's input size: the module docstring says more)."""
     setup = Setup(method, dict(options or {}), dataset or default_dataset(), model)
     for name, check in CHECKS.items():
         yield name, cast("Callable[[], None]", lambda check=check: check(setup))
 
 
 def check_algorithm(method: type[Algorithm], options: dict[str, Any] | None = None, *,
-                    dataset: FederatedDataset | None = None, model: torch.nn.Module | None = None) -> None:
-    """Run every check; raise ``ContractError`` naming each one that failed."""
+                    dataset: FederatedDataset | None = None,
+                    model: torch.nn.Module | ModelFactory | None = None) -> None:
+    """Run every check; raise ``ContractError`` naming each one that failed (a method whose
+    names cannot travel is stopped at that first check: nothing else could run)."""
     failures = []
     for name, check in algorithm_checks(method, options, dataset=dataset, model=model):
         try:
             check()
         except AssertionError as exc:
             failures.append(f"{name}: {exc}")
+            if name == "names_valid":
+                break
     if failures:
         raise ContractError(f"{method.__name__} breaks its contract:\n" + "\n".join(failures))
 
@@ -303,5 +396,5 @@ def _difference(a: Any, b: Any, at: str) -> str | None:
     return None if type(a) is type(b) and a == b else f"{at} ({a!r} vs {b!r})"
 
 
-__all__ = ["CHECKS", "ContractError", "algorithm_checks", "check_algorithm", "default_dataset",
-           "parametrize_with_checks"]
+__all__ = ["CHECKS", "ContractError", "DATA_CLASSES", "DATA_DEVICES", "DATA_FEATURES", "algorithm_checks",
+           "check_algorithm", "default_dataset", "parametrize_with_checks"]

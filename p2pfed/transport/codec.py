@@ -31,6 +31,7 @@ __all__ = [
     "ALLOWED_DTYPES",
     "CodecError",
     "DEFAULT_MAX_BYTES",
+    "KIND_PATTERN",
     "MAGIC",
     "MAX_HEADER_BYTES",
     "MAX_NDIM",
@@ -39,6 +40,7 @@ __all__ = [
     "decode",
     "encode",
     "encoded_size",
+    "is_valid_kind",
 ]
 
 MAGIC = b"P2PF"
@@ -56,7 +58,8 @@ ALLOWED_DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name).newbyteorder("<")
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 }
-_KIND_RE = re.compile(r"[a-z0-9/_-]{1,64}")
+KIND_PATTERN = "[a-z0-9/_-]{1,64}"   # a message's kind: a method's name or message kind
+_KIND_RE = re.compile(KIND_PATTERN)
 _NAME_MAX = 256
 _HEADER_FIELDS = frozenset({"kind", "sender", "round", "sent_at", "meta", "tensors"})
 _TENSOR_FIELDS = frozenset({"name", "dtype", "shape"})
@@ -98,9 +101,14 @@ def _check_int(value: Any, field: str) -> int:
     return value
 
 
+def is_valid_kind(kind: object) -> bool:
+    """Whether ``kind`` may name a message on the wire (``KIND_PATTERN``)."""
+    return isinstance(kind, str) and _KIND_RE.fullmatch(kind) is not None
+
+
 def _check_routing(kind: Any, sender: Any, round_: Any, sent_at: Any) -> tuple[str, int, int, float]:
-    if not isinstance(kind, str) or not _KIND_RE.fullmatch(kind):
-        raise CodecError("bad-header", f"kind must match [a-z0-9/_-]{{1,64}}, got {kind!r:.80}")
+    if not is_valid_kind(kind):
+        raise CodecError("bad-header", f"kind must match {KIND_PATTERN}, got {kind!r:.80}")
     sender = _check_int(sender, "sender")
     round_ = _check_int(round_, "round")
     if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float, np.floating, np.integer)):

@@ -27,11 +27,9 @@ class DittoOptions(GossipAvgOptions):
 
 
 @register
-class Ditto(GossipAvg):
+class Ditto(GossipAvg[DittoOptions]):
     name = "ditto"
     message_kind = "ditto/model"
-    Options = DittoOptions
-    options: DittoOptions
 
     def __init__(self, ctx: DeviceContext, options: DittoOptions) -> None:
         super().__init__(ctx, options)

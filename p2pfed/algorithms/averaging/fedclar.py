@@ -67,11 +67,9 @@ def cluster_of_first(updates: np.ndarray, threshold: float) -> np.ndarray:
 
 
 @register
-class FedClar(GossipAvg):
+class FedClar(GossipAvg[FedClarOptions]):
     name = "fedclar"
     message_kind = "fedclar/model"
-    Options = FedClarOptions
-    options: FedClarOptions
 
     def __init__(self, ctx: DeviceContext, options: FedClarOptions) -> None:
         super().__init__(ctx, options)

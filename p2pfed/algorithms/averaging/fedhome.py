@@ -43,11 +43,9 @@ class FedHomeOptions(GossipAvgOptions):
 
 
 @register
-class FedHome(GossipAvg):
+class FedHome(GossipAvg[FedHomeOptions]):
     name = "fedhome"
     message_kind = "fedhome/model"
-    Options = FedHomeOptions
-    options: FedHomeOptions
 
     def __init__(self, ctx: DeviceContext, options: FedHomeOptions) -> None:
         super().__init__(ctx, options)

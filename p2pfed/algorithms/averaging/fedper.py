@@ -13,11 +13,12 @@ batch norms' running statistics are buffers and stay on the device, as FedBN kee
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from pydantic import Field, ValidationInfo, model_validator
 from torch import nn
+from typing_extensions import TypeVar
 
 from p2pfed.algorithms.base import DeviceContext, FusionWork, Received, run_facts
 from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
@@ -65,14 +66,15 @@ def split_body_head(model: nn.Module, head_layers: int, model_name: str = "mlp")
     return body, head
 
 
+FedPerOptionsT = TypeVar("FedPerOptionsT", bound=FedPerOptions, default=FedPerOptions, covariant=True)
+
+
 @register
-class FedPer(GossipAvg):
+class FedPer(GossipAvg[FedPerOptionsT]):
     name = "fedper"
     message_kind = "fedper/body"
-    Options: ClassVar[type[FedPerOptions]] = FedPerOptions
-    options: FedPerOptions
 
-    def __init__(self, ctx: DeviceContext, options: FedPerOptions) -> None:
+    def __init__(self, ctx: DeviceContext, options: FedPerOptionsT) -> None:
         super().__init__(ctx, options)
         self.body, self.head = split_body_head(ctx.model, options.head_layers, ctx.model_name)
         self.fusions_moved = {"body": 0, "head": 0}   # fusions that changed the body / the head

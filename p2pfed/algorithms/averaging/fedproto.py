@@ -15,11 +15,9 @@ from p2pfed.algorithms.registry import register
 
 
 @register
-class FedProto(PrototypeSharing):
+class FedProto(PrototypeSharing[PrototypeOptions]):
     name = "fedproto"
     message_kind = "fedproto/prototypes"
-    Options = PrototypeOptions
-    options: PrototypeOptions
 
     def __init__(self, ctx: DeviceContext, options: PrototypeOptions) -> None:
         super().__init__(ctx, options)

@@ -21,11 +21,9 @@ class FedProxOptions(GossipAvgOptions):
 
 
 @register
-class FedProx(GossipAvg):
+class FedProx(GossipAvg[FedProxOptions]):
     name = "fedprox"
     message_kind = "fedprox/model"
-    Options = FedProxOptions
-    options: FedProxOptions
 
     def train(self, round: int) -> TrainingWork:
         return self.training_job(extra_loss=proximal_loss(snapshot(self.ctx.model), self.options.mu))

@@ -8,9 +8,9 @@ representation is aggregated — here, averaged with the neighbours.
 
 from __future__ import annotations
 
-from typing import ClassVar
 
 from pydantic import Field
+from typing_extensions import TypeVar
 
 from p2pfed.algorithms.base import TrainingWork
 from p2pfed.algorithms.averaging.fedper import FedPer, FedPerOptions
@@ -22,12 +22,13 @@ class FedRepOptions(FedPerOptions):
     head_epochs: int = Field(10, ge=1, description="epochs on the head before the body")
 
 
+FedRepOptionsT = TypeVar("FedRepOptionsT", bound=FedRepOptions, default=FedRepOptions, covariant=True)
+
+
 @register
-class FedRep(FedPer):
+class FedRep(FedPer[FedRepOptionsT]):
     name = "fedrep"
     message_kind = "fedrep/body"
-    Options: ClassVar[type[FedRepOptions]] = FedRepOptions
-    options: FedRepOptions
 
     def body_loss(self) -> ExtraLoss | None:
         """An extra term for the body phase (ProtoHAR's prototype pull); none here."""

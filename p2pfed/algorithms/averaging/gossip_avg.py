@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
+from typing_extensions import TypeVar
 
-from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Payload, Received
+from p2pfed.algorithms.base import Algorithm, FusionWork, Payload, Received
 from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
@@ -32,12 +33,13 @@ class GossipAvgOptions(RobustOptions):
     """Gossip averaging's options: how the models are combined (``RobustOptions``)."""
 
 
+GossipOptionsT = TypeVar("GossipOptionsT", bound=GossipAvgOptions, default=GossipAvgOptions, covariant=True)
+
+
 @register
-class GossipAvg(Algorithm):
+class GossipAvg(Algorithm[GossipOptionsT]):
     name = "gossip-avg"
     message_kind = "gossip/model"
-    Options: ClassVar[type[BaseOptions]] = GossipAvgOptions
-    options: GossipAvgOptions
 
     # -- what the methods built on gossip averaging change ----------------------------------
     def shared_names(self) -> list[str]:

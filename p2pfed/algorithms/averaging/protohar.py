@@ -33,11 +33,9 @@ class ProtoHAROptions(FedRepOptions, PrototypeOptions):
 
 
 @register
-class ProtoHAR(FedRep, PrototypeSharing):
+class ProtoHAR(FedRep[ProtoHAROptions], PrototypeSharing[ProtoHAROptions]):
     name = "protohar"
     message_kind = "protohar/body-prototypes"
-    Options = ProtoHAROptions
-    options: ProtoHAROptions
 
     def __init__(self, ctx: DeviceContext, options: ProtoHAROptions) -> None:
         super().__init__(ctx, options)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 from pydantic import Field
+from typing_extensions import TypeVar
 
 from p2pfed.algorithms.base import Algorithm, ArtifactError, Options, Payload, expect_array
 from p2pfed.algorithms.state import array_from_state, array_state
@@ -30,10 +31,12 @@ class PrototypeOptions(Options):
 Entry = tuple[np.ndarray, np.ndarray, np.ndarray]  # classes, prototypes, counts
 
 
-class PrototypeSharing(Algorithm):
+PrototypeOptionsT = TypeVar("PrototypeOptionsT", bound=PrototypeOptions, default=PrototypeOptions, covariant=True)
+
+
+class PrototypeSharing(Algorithm[PrototypeOptionsT]):
     """Mixin for methods that share prototypes; keeps the averaged prototypes between rounds."""
 
-    options: Any  # a PrototypeOptions subclass
     averaged: tuple[torch.Tensor, torch.Tensor] | None = None  # (prototypes, known)
     own_prototypes: Entry | None = None
     prototype_pulls = 0   # trainings that included the prototype term

@@ -75,11 +75,9 @@ class FedAliOptions(Options):
 
 
 @register
-class FedAli(Algorithm):
+class FedAli(Algorithm[FedAliOptions]):
     name = "fedali"
     message_kind = "fedali/model"
-    Options = FedAliOptions
-    options: FedAliOptions
 
     def __init__(self, ctx: DeviceContext, options: FedAliOptions) -> None:
         super().__init__(ctx, options)

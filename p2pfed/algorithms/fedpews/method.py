@@ -37,12 +37,13 @@ Serverless adaptations (the poster has a server and gives no aggregation formula
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, model_validator
 from torch import nn
+from typing_extensions import TypeVar
 
 from p2pfed.algorithms.base import (Algorithm, ArtifactError, DeviceContext, FusionWork, Payload, Received,
                                     TrainingWork, UnitOptions, expect_array, require_units, run_facts)
@@ -155,16 +156,17 @@ class _Share:
         self.values, self.masks, self.units, self.theta, self.weight = values, masks, units, theta, weight
 
 
+WarmupOptionsT = TypeVar("WarmupOptionsT", bound=WarmupOptions, default=FedPeWSFixedOptions, covariant=True)
+
+
 @register
-class FedPeWSFixed(Algorithm):
+class FedPeWSFixed(Algorithm[WarmupOptionsT]):
     """FedPeWS-Fixed: predefined subnetworks during the warmup (no mask learning)."""
 
     name = "fedpews-fixed"
     message_kind = "fedpews/subnetwork"
-    Options: ClassVar[type[WarmupOptions]] = FedPeWSFixedOptions
-    options: WarmupOptions
 
-    def __init__(self, ctx: DeviceContext, options: WarmupOptions) -> None:
+    def __init__(self, ctx: DeviceContext, options: WarmupOptionsT) -> None:
         super().__init__(ctx, options)
         self.model = require_units(ctx, self.name)
         self.warmup_rounds = ctx.rounds // 4 if options.warmup_rounds is None else options.warmup_rounds
@@ -292,13 +294,11 @@ class FedPeWSFixed(Algorithm):
 
 
 @register
-class FedPeWS(FedPeWSFixed):
+class FedPeWS(FedPeWSFixed[FedPeWSOptions]):
     """FedPeWS: subnetworks learned from neuron scores, pushed away from the neighbours' masks."""
 
     name = "fedpews"
     message_kind = "fedpews/subnetwork"
-    Options = FedPeWSOptions
-    options: FedPeWSOptions
 
     def __init__(self, ctx: DeviceContext, options: FedPeWSOptions) -> None:
         super().__init__(ctx, options)

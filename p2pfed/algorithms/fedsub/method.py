@@ -161,11 +161,9 @@ class ClassPrototypes:
 
 
 @register
-class FedSub(Algorithm):
+class FedSub(Algorithm[FedSubOptions]):
     name = "fedsub"
     message_kind = "fedsub/artifacts"
-    Options = FedSubOptions
-    options: FedSubOptions
     parts = PARTS
 
     def __init__(self, ctx: DeviceContext, options: FedSubOptions) -> None:

@@ -120,11 +120,9 @@ def rate_schedule(target: float, step: float) -> list[float]:
 
 
 @register
-class Safl(Algorithm):
+class Safl(Algorithm[SaflOptions]):
     name = "safl"
     message_kind = "safl/submodel"
-    Options = SaflOptions
-    options: SaflOptions
 
     def __init__(self, ctx: DeviceContext, options: SaflOptions) -> None:
         super().__init__(ctx, options)
