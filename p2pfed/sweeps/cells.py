@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from p2pfed.algorithms import algorithm_class
+from p2pfed.algorithms import Algorithm, algorithm_class
 from p2pfed.results.files import folder_label
 from p2pfed.scenario.loader import (FILE_FIELDS, OPTIONAL_FILE_FIELDS, LoadedScenario, ScenarioError, apply_override,
-                                   dump, load_scenario, user_code, validate)
+                                   build, dump, load_scenario, user_code)
 from p2pfed.sweeps.spec import Sweep, SweepError
 
 
@@ -68,11 +68,14 @@ def override(key: str, value: Any) -> str:
     return f"{key}={text.removesuffix(chr(10)).removesuffix(chr(10) + '...')}"
 
 
+def has_option(cls: type[Algorithm], key: str) -> bool:
+    """Whether an ``algorithm.*`` key is an option of method ``cls`` (other keys apply to every method)."""
+    return not key.startswith("algorithm.") or key.split(".")[1] in cls.Options.model_fields
+
+
 def knows(method: str, key: str) -> bool:
-    """Whether an ``algorithm.*`` key is an option of ``method`` (other keys apply to every method)."""
-    if not key.startswith("algorithm."):
-        return True
-    return key.split(".")[1] in algorithm_class(method).Options.model_fields
+    """``has_option`` of a method named in a finished sweep's manifest (no scenario loaded there)."""
+    return has_option(algorithm_class(method), key)
 
 
 def resolve(scenario: str | Path | None, method: str, seed: int | None,
@@ -84,14 +87,15 @@ def resolve(scenario: str | Path | None, method: str, seed: int | None,
     """
     keys = [item.partition("=")[0] for item in overrides]
     plain = [item for item, key in zip(overrides, keys) if not key.startswith("algorithm.")]
-    options = [item for item, key in zip(overrides, keys) if key.startswith("algorithm.") and knows(method, key)]
     loaded = load_scenario(scenario, [*plain, f"algorithm.name={method}"], seed)
+    options = [item for item, key in zip(overrides, keys)
+               if key.startswith("algorithm.") and has_option(loaded.method, key)]
     if not options:
         return loaded
     raw = loaded.scenario.model_dump()
     for item in options:
         apply_override(raw, item, loaded.source)
-    return LoadedScenario(validate(raw, loaded.source, loaded.base_dir), loaded.source, loaded.base_dir)
+    return build(raw, loaded.source, loaded.base_dir, loaded.swapped)
 
 
 def cell_id(loaded: LoadedScenario) -> str:
@@ -135,7 +139,12 @@ def expand(sweep: Sweep) -> list[Point]:
     """
     spec, src = sweep.spec, sweep.source
     base = load_scenario(sweep.scenario)
-    methods = spec.methods or [base.scenario.algorithm.name]
+    classes = sweep.methods or {base.scenario.algorithm.name: base.method}
+    methods = spec.methods or list(classes)
+
+    def knows(method: str, key: str) -> bool:
+        return has_option(classes[method], key)
+
     seeds: Sequence[int | None] = spec.seeds or [None]
     problems = []
     for section, mapping in (("set", spec.overrides), ("grid", spec.grid)):
