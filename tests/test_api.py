@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -103,8 +104,9 @@ def test_the_notebook_example_runs(tmp_path):
 def test_keyword_arguments_and_overrides_arrive_as_the_python_values_given():
     for text in ("no", "007", "1e3", "[1, 2]"):   # YAML would read a bool, an int, a float, a list
         assert p2pfed.load(SCENARIO, overrides={"name": text}).scenario.name == text
-    loaded = p2pfed.load(SCENARIO, rounds=20, seed=5, overrides={"training.lr": 0.25, "model.hidden": (16, 8)})
-    sc = loaded.scenario   # a tuple has no YAML text: it is set as it is, never written out and read back
+    lr = np.linspace(0.05, 0.25, 5)[-1]   # a numpy float, as a notebook's sweep makes: it has no YAML text
+    loaded = p2pfed.load(SCENARIO, rounds=20, seed=5, overrides={"training.lr": lr, "model.hidden": (16, 8)})
+    sc = loaded.scenario
     assert (sc.rounds, sc.seed, sc.training.lr, sc.model.hidden) == (20, 5, 0.25, [16, 8])
     # A list of texts is the command line's language, read as --set reads it.
     with pytest.raises(ScenarioError, match="name: Input should be a valid string"):
