@@ -367,7 +367,7 @@ def fingerprint(loaded: LoadedScenario) -> str:
 
 
 # Fields added after runs were committed, left out of the resolved scenario while at their default,
-# so that earlier sweeps' cells (``sweeps.cells.cell_id``) and checkpoints still match it.
+# so that earlier checkpoints (``fingerprint``) still match it.
 ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("topology", "slow_start"): False,
                                            ("contacts", "protocol"): "ideal"}
 
