@@ -72,7 +72,7 @@ def test_resume_keeps_an_older_folders_cells_that_ran_the_same_scenario(tmp_path
         return _without(dump(resolve(c.scenario, c.method, c.seed, c.overrides)), "topology", "latency_s")
 
     out = _older_folder(tmp_path, points, older_config)
-    assert adopt_older_cells(out, points) == len(points)
+    assert adopt_older_cells(out, points) == (len(points), 0)
     assert all(store.is_done(out, p.cell) for p in points)
 
 
@@ -88,7 +88,7 @@ def test_resume_runs_again_an_older_cell_of_another_scenario(tmp_path):
         return data
 
     out = _older_folder(tmp_path, points, edited_base)
-    assert adopt_older_cells(out, points) == 0
+    assert adopt_older_cells(out, points) == (0, len(points))
     assert not any(store.is_done(out, p.cell) for p in points)
 
 

@@ -19,14 +19,15 @@ from p2pfed.sweeps import store
 from p2pfed.sweeps.cells import CellSpec, Point, resolve
 
 
-def adopt_older_cells(out: Path, points: list[Point]) -> int:
+def adopt_older_cells(out: Path, points: list[Point]) -> tuple[int, int]:
     """Keep the finished cells of the older manifest in ``out`` that run the same scenarios as
-    ``points`` under another identity; returns how many were kept."""
+    ``points`` under another identity; returns how many were kept and how many ran another
+    scenario (a field since removed or changed) and run again."""
     if not store.has_manifest(out):
-        return 0
+        return 0, 0
     _, _, older = store.read_manifest(out)
     by_point = {_key(p): p.cell for p in older}
-    kept = 0
+    kept = other = 0
     for point in points:
         old = by_point.get(_key(point))
         if old is None or old.id == point.cell.id or store.is_done(out, point.cell) or not store.is_done(out, old):
@@ -34,7 +35,9 @@ def adopt_older_cells(out: Path, points: list[Point]) -> int:
         if _same_scenario(out, old, point.cell):
             os.replace(store.cell_dir(out, old), store.cell_dir(out, point.cell))
             kept += 1
-    return kept
+        else:
+            other += 1
+    return kept, other
 
 
 def _key(point: Point) -> str:

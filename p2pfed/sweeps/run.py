@@ -34,8 +34,13 @@ def run_sweep(sweep_file: Path, out: Path | None = None, *, workers: int | None 
     if store.has_manifest(out) and not resume:
         raise SweepError([f"--out {out}: already holds a sweep; add --resume to run only its missing "
                           "cells, or choose another folder"])
-    if resume and (kept := adopt_older_cells(out, points)):
-        log(f"{kept} finished cell(s) of an older p2pfed's folder run the same scenarios: kept under their new keys")
+    if resume:
+        kept, other = adopt_older_cells(out, points)
+        if kept:
+            log(f"{kept} finished cell(s) written under older keys run the same scenarios: kept under their new keys")
+        if other:
+            log(f"{other} finished cell(s) written under older keys ran other scenarios (a field since removed "
+                "or changed; see their summary.json config): they run again")
     cells = list({p.cell.id: p.cell for p in points}.values())
     todo = [c for c in cells if not store.is_done(out, c)]
     log(f"sweep {sweep.name}: {len(points)} points, {len(cells)} cells, "
