@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from p2pfed.engine.runner import Simulated, simulate, write_results
 from p2pfed.results.callbacks import Callback
@@ -63,19 +62,24 @@ def load(scenario: Scenario = None, *, algorithm: str | type | None = None,
          model: str | Callable[..., Any] | None = None, rounds: int | None = None, seed: int | None = None,
          overrides: Overrides = ()) -> LoadedScenario:
     """The scenario, validated, with these changes — what ``run`` runs (a bad one raises
-    ``ScenarioError`` with one line per problem)."""
-    items = list(overrides.items()) if isinstance(overrides, Mapping) else []
+    ``ScenarioError`` with one line per problem). ``overrides`` as a mapping, ``{"training.lr":
+    0.1}``, and the keyword arguments are set as the Python values they are; as a list of
+    ``key=value`` texts they are read as ``--set`` reads them (YAML)."""
     texts = [] if isinstance(overrides, Mapping) else list(overrides)
-    texts += [f"{key}={_yaml(value)}" for key, value in items]
+    values = dict(overrides) if isinstance(overrides, Mapping) else {}
     if rounds is not None:
-        texts.append(f"rounds={int(rounds)}")
+        values["rounds"] = int(rounds)
     if model is not None:
-        texts.append(f"model.name={_name_of(model)}")
+        values["model.name"] = _name_of(model)
     if algorithm is not None:
-        texts.append(f"algorithm.name={_name_of(algorithm)}")
+        values["algorithm.name"] = _name_of(algorithm)
     if isinstance(scenario, Mapping):   # relative paths in it resolve against the working directory
-        return load_mapping(dict(scenario), "<scenario mapping>", Path.cwd(), texts, seed)
-    return load_scenario(scenario, texts, seed)
+        loaded = load_mapping(dict(scenario), "<scenario mapping>", Path.cwd(), texts, seed, values)
+    else:
+        loaded = load_scenario(scenario, texts, seed, values)
+    if loaded.swapped is not None:
+        loaded.swapped.log()
+    return loaded
 
 
 def run(scenario: Scenario = None, *, algorithm: str | type | None = None,
@@ -144,6 +148,3 @@ def _name_of(thing: str | type | Callable[..., Any]) -> str:
                          "(or its name as module:Name)")
     return f"{module}:{qualname}"
 
-
-def _yaml(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -98,3 +99,15 @@ def test_the_notebook_example_runs(tmp_path):
     assert "mean macro-F1" in done.stdout and "LossWeightedGossip" in done.stdout
     assert (tmp_path / "runs" / "notebook" / "run.png").exists()
     assert (tmp_path / "runs" / "notebook" / "sweep" / "summary.csv").exists()
+
+
+def test_keyword_arguments_and_overrides_arrive_as_the_python_values_given():
+    for text in ("no", "007", "1e3", "[1, 2]"):   # YAML would read a bool, an int, a float, a list
+        assert p2pfed.load(SCENARIO, overrides={"name": text}).scenario.name == text
+    lr = np.linspace(0.05, 0.25, 5)[-1]   # a numpy float, as a notebook's sweep makes: it has no YAML text
+    loaded = p2pfed.load(SCENARIO, rounds=20, seed=5, overrides={"training.lr": lr, "model.hidden": (16, 8)})
+    sc = loaded.scenario
+    assert (sc.rounds, sc.seed, sc.training.lr, sc.model.hidden) == (20, 5, 0.25, [16, 8])
+    # A list of texts is the command line's language, read as --set reads it.
+    with pytest.raises(ScenarioError, match="name: Input should be a valid string"):
+        p2pfed.load(SCENARIO, overrides=["name=no"])

@@ -261,15 +261,6 @@ def test_cells_are_keyed_by_the_resolved_scenario(tmp_path):
     assert fedsub[0].folder.startswith("fedsub-") and fedsub[0].id != fedsub[1].id
 
 
-def test_committed_sweeps_cells_still_match_so_resume_continues_them():
-    """A field added later leaves the resolved scenario unchanged while at its default
-    (``scenario.loader.ADDED_LATER``): the committed cells of a sweep are found again."""
-    folder = ROOT / "bench" / "results" / "wisdm-static-fusion" / "cells"
-    have = {name.rsplit("-", 1)[1] for name in os.listdir(folder)}
-    points = expand(read_sweep(ROOT / "sweeps" / "wisdm-static-fusion.yaml"))
-    assert len(points) == 15 and {p.cell.id[:12] for p in points} == have
-
-
 def test_method_set_fixes_one_methods_options_and_bad_ones_are_named(tmp_path, capsys):
     """A paper's setting for one baseline (FedHome's fine-tuning rounds) without touching another
     method that has the same option (FedCLAR's)."""

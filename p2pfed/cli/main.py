@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
+from p2pfed.scenario.swap import LOG as SWAP_LOG
 from p2pfed.sweeps.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
@@ -72,6 +73,8 @@ def _load(args: argparse.Namespace) -> LoadedScenario:
     from p2pfed.engine.preflight import preflight
 
     loaded = load_scenario(args.scenario, _overrides(args), args.seed)
+    if loaded.swapped is not None:
+        loaded.swapped.log()
     preflight(loaded)
     return loaded
 
@@ -134,8 +137,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from p2pfed.results.compare import write_comparison
 
     loaded = _load(args)
-    names = _algorithm_names(args.algorithms)
-    runs = [loaded.with_algorithm(n) for n in names]
+    runs = _compared(loaded, args.algorithms)
+    names = [run.scenario.algorithm.name for run in runs]
     from p2pfed.results.files import folder_label, read_csv
 
     out = Path(args.out) if args.out else Path("runs") / f"{loaded.scenario.name}-compare"
@@ -158,25 +161,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
 DATA_CHECKED_BY_VALIDATE = ("files", "digits")
 
 
-def _algorithm_names(text: str) -> list[str]:
-    """``--algorithms a,b,c``: at least one name, each registered, none twice."""
-    from p2pfed.algorithms import algorithm_class
-
+def _compared(loaded: LoadedScenario, text: str) -> list[LoadedScenario]:
+    """``--algorithms a,b,c``: the scenario run with each (at least one, each known, none twice),
+    each swap said once."""
     names = [a.strip() for a in text.split(",") if a.strip()]
     if not names:
         raise ScenarioError([f"--algorithms {text!r}: give at least one method, e.g. fedsub,gossip-avg,local"])
-    problems = []
+    problems, runs = [], []
     for name in dict.fromkeys(names):
         try:
-            algorithm_class(name)
-        except ValueError as exc:
-            problems.append(f"--algorithms: {exc}")
+            runs.append(loaded.with_algorithm(name))
+        except ScenarioError as exc:
+            problems += [f"--algorithms: {line.removeprefix(f'{loaded.source}: ').removeprefix('algorithm.name: ')}"
+                         for line in exc.problems]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         problems.append(f"--algorithms: {', '.join(twice)} listed twice")
     if problems:
         raise ScenarioError(problems)
-    return names
+    for run in runs:
+        if run.swapped is not None:
+            run.swapped.log()
+    return runs
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -417,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_level = logging.WARNING if args.command == "peer" else logging.ERROR  # a peer logs its drops
     logging.basicConfig(level=logging.INFO if args.verbose else quiet_level,
                         format="%(levelname)s %(name)s: %(message)s")
+    SWAP_LOG.setLevel(logging.WARNING)   # a method swapped in says what it left out
     try:
         return args.func(args)
     except ScenarioError as exc:

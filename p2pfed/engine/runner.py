@@ -142,6 +142,8 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
         extra["energy"] = meter.summary(sim_time)
     if helper:
         extra["offload"] = offload.stats()
+    if loaded.swapped is not None:
+        extra["swapped"] = loaded.swapped.to_dict()
     if sc.adversaries:
         extra["adversaries"] = adversaries_summary(recorder, adversary_map(loaded, n, dataset.num_classes),
                                                    {a.ctx.device_id: device_view(a) for a in algorithms})

@@ -72,6 +72,8 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     meter = merged_energy(loaded, peers, recorder, end_s)
     if meter is not None:
         extra["energy"] = meter.summary(end_s)
+    if loaded.swapped is not None:
+        extra["swapped"] = loaded.swapped.to_dict()
     if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
         scenario_data = load_scenario_dataset(loaded)
         attacks = adversary_map(loaded, len(scenario_data.devices), scenario_data.num_classes)

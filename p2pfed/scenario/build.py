@@ -10,7 +10,7 @@ from dataclasses import replace
 import networkx as nx
 from torch import nn
 
-from p2pfed.algorithms import Algorithm, DeviceContext, Offload, algorithm_class
+from p2pfed.algorithms import Algorithm, DeviceContext, Offload
 from p2pfed.algorithms.attacks import Attack, adversarial
 from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
                          load_dataset)
@@ -19,7 +19,7 @@ from p2pfed.network import build_topology
 from p2pfed.learning.generalization import PooledTestData
 from p2pfed.learning.model import build_model, build_user_model, model_factory
 from p2pfed.learning.training import TrainingConfig
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError, algorithm_options
+from p2pfed.scenario.loader import LoadedScenario, ScenarioError
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
 
 
@@ -94,13 +94,13 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     if sc.evaluation.generalization:
         pool = pooled_test if pooled_test is not None else pooled_test_data(dataset)
         ctx.generalization_data = lambda: pool.others(device_id)
-    cls = algorithm_class(sc.algorithm.name, [loaded.base_dir])
+    cls = loaded.method
     if attack is not None:
         try:
             cls = adversarial(cls, attack, int_seed(sc.seed, "attack", device_id))
         except ValueError as e:
             raise ScenarioError([f"{loaded.source}: adversaries: {e}"]) from None
-    return cls(ctx, algorithm_options(loaded))
+    return cls(ctx, loaded.options)
 
 
 def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) -> dict[int, Attack]:

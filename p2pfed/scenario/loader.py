@@ -18,11 +18,12 @@ from typing import Any, cast, overload
 import yaml
 from pydantic import ValidationError
 
-from p2pfed.algorithms import RunFacts, algorithm_class
+from p2pfed.algorithms import Algorithm, Options, RunFacts, algorithm_class
 from p2pfed.learning.model import model_factory
 from p2pfed.learning.units import UNIT_MODELS
 from p2pfed.plugins import check_importable, is_plugin_name, loaded_code
 from p2pfed.scenario.schema import AlgorithmSection, Scenario
+from p2pfed.scenario.swap import Swap, swap_method
 from p2pfed.textfile import read_text
 
 DEFAULT_SCENARIO = "quickstart.yaml"
@@ -38,9 +39,15 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class LoadedScenario:
+    """A validated scenario, built once: the method's class and options are resolved here, and
+    everything after loading reads them from this object, never from a name again."""
+
     scenario: Scenario
     source: str           # the file it came from, or "<embedded quickstart>"
     base_dir: Path        # where relative paths are resolved from
+    method: type[Algorithm]   # the class ``algorithm.name`` names
+    options: Options          # its options, validated against the scenario
+    swapped: Swap | None = None   # another method than the file's: what it left out, and why
 
     @overload
     def resolve(self, path: str) -> Path: ...
@@ -55,31 +62,16 @@ class LoadedScenario:
         return p if p.is_absolute() else self.base_dir / p
 
     def with_algorithm(self, name: str) -> LoadedScenario:
-        """The same scenario run with another method, keeping only the options it knows."""
-        data = self.scenario.model_dump()
-        data["algorithm"] = switch_algorithm(self.scenario.algorithm.model_dump(), name, search=[self.base_dir])
-        return LoadedScenario(Scenario.model_validate(data), self.source, self.base_dir)
-
-
-def switch_algorithm(section: dict[str, Any], name: str, keep: set[str] | frozenset[str] = frozenset(),
-                     search: list[Path] | None = None) -> dict[str, Any]:
-    """An ``algorithm`` mapping for method ``name``: the options it knows, plus those in ``keep``.
-
-    Why: a scenario written for FedSub carries FedSub's options; running it with another method
-    (``--algorithm``, ``--set algorithm.name=...``, ``compare``) must not refuse them, but an
-    option the user set for the new method on the command line (``keep``) is still checked.
-    """
-    known = set(algorithm_class(name, search or []).Options.model_fields)
-    opts = {k: v for k, v in section.items() if k != "name" and (k in known or k in keep)}
-    return {"name": name, **opts}
+        """The same scenario run with another method, keeping what it can (``swap_method``)."""
+        return load_mapping(self.scenario.model_dump(), self.source, self.base_dir, values={"algorithm.name": name})
 
 
 def embedded_default_text() -> str:
     return resources.files("p2pfed.scenario").joinpath(DEFAULT_SCENARIO).read_text()
 
 
-def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None,
-                  seed: int | None = None) -> LoadedScenario:
+def load_scenario(path: str | Path | None = None, overrides: Sequence[str] | None = None,
+                  seed: int | None = None, values: Mapping[str, Any] | None = None) -> LoadedScenario:
     """Load ``path`` (or the embedded quickstart), apply ``--set`` overrides and ``--seed``, validate.
 
     An override of ``algorithm.name`` swaps the method as ``--algorithm`` does: the file's
@@ -91,58 +83,42 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
         p = Path(path)
         source, base_dir = str(p), p.resolve().parent
         raw = read_yaml_file(p, "scenario file")
-    return load_mapping(raw, source, base_dir, overrides, seed)
+    return load_mapping(raw, source, base_dir, overrides, seed, values)
 
 
-def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: list[str] | None = None,
-                 seed: int | None = None) -> LoadedScenario:
+def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: Sequence[str] | None = None,
+                 seed: int | None = None, values: Mapping[str, Any] | None = None) -> LoadedScenario:
     """``load_scenario`` of a mapping already read (a scenario given as a dict from Python):
-    ``source`` names it in errors, relative paths resolve against ``base_dir``."""
+    ``source`` names it in errors, relative paths resolve against ``base_dir``. ``values``: typed
+    changes, ``{"training.lr": 0.1}``, applied after the ``--set`` texts and as they are (no YAML)."""
     if not isinstance(raw, dict):
         raise ScenarioError([f"{source}: a scenario must be a mapping of keys, got {type(raw).__name__}"])
     raw = copy.deepcopy(raw)
     file_algorithm, file_model = _algorithm_name(raw), _model_name(raw)
-    set_options: set[str] = set()
-    set_model: set[str] = set()
-    set_keys: set[str] = set()
-    for item in overrides or []:
-        parts = apply_override(raw, item, source)
-        set_keys.add(".".join(parts))
-        if len(parts) == 2 and parts[0] == "algorithm" and parts[1] != "name":
-            set_options.add(parts[1])
-        if len(parts) == 2 and parts[0] == "model":
-            set_model.add(parts[1])
-        if parts == ["model"] and isinstance(raw.get("model"), dict):   # the whole section given
-            set_model.update(raw["model"])
+    changes = [apply_override(raw, item, source) for item in overrides or []]
+    changes += [set_value(raw, key, value, source) for key, value in (values or {}).items()]
+    set_keys = {".".join(parts) for parts in changes}
+    set_model = {parts[1] for parts in changes if len(parts) == 2 and parts[0] == "model"}
+    if ["model"] in changes and isinstance(raw.get("model"), dict):   # the whole section given
+        set_model.update(raw["model"])
     if _model_name(raw) != file_model and isinstance(raw.get("model"), dict):
         # Another model than the file's: the file's settings of its model are left out, those
         # given on the command line kept (as for another method's options).
         raw["model"] = {k: v for k, v in raw["model"].items() if k == "name" or k in set_model}
-    name = _algorithm_name(raw)
-    if name != file_algorithm and isinstance(raw.get("algorithm"), dict):
-        try:
-            raw["algorithm"] = switch_algorithm(raw["algorithm"], str(name), keep=set_options, search=[base_dir])
-            if "forwarding.parts" not in set_keys:
-                _forward_what_it_sends(raw, algorithm_class(str(name), [base_dir]).parts)
-        except ValueError:
-            pass  # an unknown name: validate() reports it with the choices
     if seed is not None:
         raw["seed"] = seed
-    return LoadedScenario(validate(raw, source, base_dir), source, base_dir)
-
-
-def _forward_what_it_sends(raw: dict[str, Any], parts: tuple[str, ...]) -> None:
-    """The file's ``forwarding.parts`` for a method swapped in: the parts it does not send are
-    left out (a whole-model method forwards nothing a FedSub scenario named), and forwarding is
-    off when none is left."""
-    forwarding = raw.get("forwarding")
-    if not isinstance(forwarding, dict) or not forwarding.get("enabled"):
-        return
-    named = forwarding.get("parts", ["prototypes"])
-    if not isinstance(named, list):
-        return   # validate() reports it
-    kept = [p for p in named if p in parts]
-    raw["forwarding"] = {**forwarding, "parts": kept} if kept else {**forwarding, "enabled": False}
+    swap = None
+    name = _algorithm_name(raw)
+    if name != file_algorithm and isinstance(raw.get("algorithm"), dict) and isinstance(name, str):
+        try:
+            cls = algorithm_class(name, [base_dir])
+        except ValueError:
+            pass   # an unknown name: validation reports it with the choices
+        else:
+            kept = {parts[1] for parts in changes if len(parts) == 2 and parts[0] == "algorithm"} - {"name"}
+            swap = swap_method(raw, str(file_algorithm), cls, kept=kept,
+                               forwarding_given="forwarding.parts" in set_keys)
+    return build(raw, source, base_dir, swap)
 
 
 def _model_name(raw: dict[str, Any]) -> Any:
@@ -186,22 +162,28 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
 
 
 def apply_override(raw: dict[str, Any], item: str, source: str) -> list[str]:
-    """``key.sub=value``: value parsed as YAML (numbers, booleans, lists), set in place; returns
-    the key's parts."""
+    """``key.sub=value`` (the command line's ``--set``): value parsed as YAML (numbers, booleans,
+    lists), set in place; returns the key's parts."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ScenarioError([f"--set {item!r}: expected key.sub=value"])
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    return set_value(raw, key.strip(), parsed, source)
+
+
+def set_value(raw: dict[str, Any], key: str, value: Any, source: str) -> list[str]:
+    """Set ``key.sub`` of a raw scenario to ``value``, as given, in place; returns the key's parts."""
     node = raw
-    parts = key.strip().split(".")
+    parts = key.split(".")
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             raise ScenarioError([f"{source}: --set {key}: {part!r} is not a section"])
         node = child
-    try:
-        node[parts[-1]] = yaml.safe_load(value)
-    except yaml.YAMLError:
-        node[parts[-1]] = value
+    node[parts[-1]] = copy.deepcopy(value)
     return parts
 
 
@@ -265,6 +247,12 @@ def run_facts_of(scenario: Scenario) -> RunFacts:
 
 def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     """Validate a raw mapping; collect every problem, then raise them together."""
+    return build(raw, source, base_dir).scenario
+
+
+def build(raw: dict[str, Any], source: str, base_dir: Path, swapped: Swap | None = None) -> LoadedScenario:
+    """The loaded scenario of a raw mapping: the schema, the method named (resolved to its class
+    here, once), its options and the files named, every problem collected and raised together."""
     problems: list[str] = []
     try:
         scenario = Scenario.model_validate(raw)
@@ -285,11 +273,12 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
             model_factory(scenario.model.name, [base_dir])
         except ValueError as exc:
             problems.append(f"{source}: {exc}")
+    options = None
     if cls is not None:
         opts = {k: v for k, v in algo.items() if k != "name"}
         context = {"run": run_facts_of(scenario)} if scenario is not None else None
         try:
-            cls.Options.model_validate(opts, context=context)
+            options = cls.Options.model_validate(opts, context=context)
         except ValidationError as exc:
             known = ", ".join(cls.Options.model_fields) or "no options"
             problems += [f"{source}: {describe_error(e)}"
@@ -301,9 +290,9 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
                 problems.append(f"{source}: forwarding.parts: {name} sends no part named "
                                 f"{', '.join(map(repr, unknown))}; its parts: {', '.join(cls.parts)}")
     problems += _missing_files(raw, source, base_dir)
-    if problems or scenario is None:
+    if problems or scenario is None or cls is None or options is None:
         raise ScenarioError(problems)
-    return scenario
+    return LoadedScenario(scenario, source, base_dir, cls, options, swapped)
 
 
 def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> list[str]:
@@ -363,12 +352,6 @@ def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str
     return problems
 
 
-def algorithm_options(loaded: LoadedScenario):
-    """The scenario's algorithm options, parsed by that method's own options model."""
-    cls = algorithm_class(loaded.scenario.algorithm.name, [loaded.base_dir])
-    return cls.Options.model_validate(loaded.scenario.algorithm.options)
-
-
 def user_code(loaded: LoadedScenario) -> dict[str, dict[str, str]]:
     """The files of the user's own code the scenario runs (its method, its model), with hashes."""
     sc = loaded.scenario
@@ -384,7 +367,7 @@ def fingerprint(loaded: LoadedScenario) -> str:
 
 
 # Fields added after runs were committed, left out of the resolved scenario while at their default,
-# so that earlier sweeps' cells (``sweeps.cells.cell_id``) and checkpoints still match it.
+# so that earlier checkpoints (``fingerprint``) still match it.
 ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("topology", "slow_start"): False,
                                            ("contacts", "protocol"): "ideal"}
 
@@ -398,5 +381,5 @@ def dump(loaded: LoadedScenario) -> dict[str, Any]:
         if data[section][key] == default:
             del data[section][key]
     data["algorithm"] = {"name": loaded.scenario.algorithm.name,
-                         **algorithm_options(loaded).model_dump()}
+                         **loaded.options.model_dump()}
     return data

@@ -1,10 +1,11 @@
 """The grid of a sweep: points (method × swept values × seed) and the cells that run them.
 
-A cell is one run, keyed by the SHA-256 of its fully resolved scenario (every default filled in,
-as ``summary.json`` records it under ``config``) and of the contents of the files it names. The
-same cell gets the same key on any machine and with any number of workers, which is what makes
-``--resume`` safe; two points that resolve to the same scenario (e.g. a method that ignores a
-swept ``algorithm.*`` option) share one cell and run once.
+A cell is one run, keyed by the SHA-256 of its scenario's canonical form (the fields of the
+resolved scenario that differ from the schema's defaults, and the options that differ from the
+method's) and of the contents of the files it names. The same cell gets the same key on any
+machine, with any number of workers, and after a new field joins the schema at its default,
+which is what makes ``--resume`` safe; two points that resolve to the same scenario (e.g. a
+method that ignores a swept ``algorithm.*`` option) share one cell and run once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,10 +21,11 @@ from typing import Any
 
 import yaml
 
-from p2pfed.algorithms import algorithm_class
+from p2pfed.algorithms import Algorithm, algorithm_class
 from p2pfed.results.files import folder_label
 from p2pfed.scenario.loader import (FILE_FIELDS, OPTIONAL_FILE_FIELDS, LoadedScenario, ScenarioError, apply_override,
-                                   dump, load_scenario, user_code, validate)
+                                   build, dump, load_scenario, user_code)
+from p2pfed.scenario.canonical import canonical
 from p2pfed.sweeps.spec import Sweep, SweepError
 
 
@@ -32,7 +33,7 @@ from p2pfed.sweeps.spec import Sweep, SweepError
 class CellSpec:
     """Everything a worker needs to rebuild and run one cell: plain data, no objects."""
 
-    id: str                      # SHA-256 of the resolved scenario and the files it names
+    id: str                      # SHA-256 of the canonical scenario and the files it names
     method: str
     seed: int | None             # None: the scenario's own seed
     scenario: str | None         # absolute path of the base scenario; None: the embedded quickstart
@@ -68,11 +69,14 @@ def override(key: str, value: Any) -> str:
     return f"{key}={text.removesuffix(chr(10)).removesuffix(chr(10) + '...')}"
 
 
+def has_option(cls: type[Algorithm], key: str) -> bool:
+    """Whether an ``algorithm.*`` key is an option of method ``cls`` (other keys apply to every method)."""
+    return not key.startswith("algorithm.") or key.split(".")[1] in cls.Options.model_fields
+
+
 def knows(method: str, key: str) -> bool:
-    """Whether an ``algorithm.*`` key is an option of ``method`` (other keys apply to every method)."""
-    if not key.startswith("algorithm."):
-        return True
-    return key.split(".")[1] in algorithm_class(method).Options.model_fields
+    """``has_option`` of a method named in a finished sweep's manifest (no scenario loaded there)."""
+    return has_option(algorithm_class(method), key)
 
 
 def resolve(scenario: str | Path | None, method: str, seed: int | None,
@@ -84,20 +88,21 @@ def resolve(scenario: str | Path | None, method: str, seed: int | None,
     """
     keys = [item.partition("=")[0] for item in overrides]
     plain = [item for item, key in zip(overrides, keys) if not key.startswith("algorithm.")]
-    options = [item for item, key in zip(overrides, keys) if key.startswith("algorithm.") and knows(method, key)]
     loaded = load_scenario(scenario, [*plain, f"algorithm.name={method}"], seed)
+    options = [item for item, key in zip(overrides, keys)
+               if key.startswith("algorithm.") and has_option(loaded.method, key)]
     if not options:
         return loaded
     raw = loaded.scenario.model_dump()
     for item in options:
         apply_override(raw, item, loaded.source)
-    return LoadedScenario(validate(raw, loaded.source, loaded.base_dir), loaded.source, loaded.base_dir)
+    return build(raw, loaded.source, loaded.base_dir, loaded.swapped)
 
 
 def cell_id(loaded: LoadedScenario) -> str:
-    """SHA-256 of the fully resolved scenario, of the contents of the files it names and of the
-    user's own code it runs (a method or model named ``module:Name``): editing any of them makes
-    a new cell."""
+    """SHA-256 of the canonical scenario, of the contents of the files it names and of the user's
+    own code it runs (a method or model named ``module:Name``): editing any of them makes a new
+    cell."""
     resolved = dump(loaded)
     files = {}
     for section, key in (*FILE_FIELDS, *OPTIONAL_FILE_FIELDS):
@@ -107,7 +112,7 @@ def cell_id(loaded: LoadedScenario) -> str:
             files[f"{section}.{key}"] = _file_digest(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     for name, code in user_code(loaded).items():
         files[f"code:{name}"] = code["sha256"]
-    text = json.dumps({"scenario": resolved, "files": files}, sort_keys=True, default=str)
+    text = json.dumps({"scenario": canonical(resolved, loaded.method), "files": files}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -133,75 +138,101 @@ def expand(sweep: Sweep) -> list[Point]:
     key alone, then each swept value on top of ``set``, then every point; so a bad value is
     reported once, against the sweep field that holds it.
     """
-    spec, src = sweep.spec, sweep.source
     base = load_scenario(sweep.scenario)
-    methods = spec.methods or [base.scenario.algorithm.name]
-    seeds: Sequence[int | None] = spec.seeds or [None]
-    problems = []
-    for section, mapping in (("set", spec.overrides), ("grid", spec.grid)):
-        for key in mapping:
-            if not any(knows(m, key) for m in methods):
-                problems.append(f"{src}: {section}.{key}: no method of this sweep ({', '.join(methods)}) "
-                                f"has the option {key.split('.')[1]!r}")
-    for method, mapping in spec.method_overrides.items():
-        if method not in methods:
-            problems.append(f"{src}: method_set.{method}: not one of the sweep's methods ({', '.join(methods)})")
-            continue
-        problems.extend(f"{src}: method_set.{method}.{key}: {method} has no option {key.split('.')[1]!r}"
-                        for key in mapping if not knows(method, key))
-    if problems:
+    grid = _Grid(sweep, base, sweep.methods or {base.scenario.algorithm.name: base.method})
+    if problems := grid.key_problems():
         raise SweepError(problems)
-
-    def check(label: str, key: str, overrides: list[str]) -> None:
-        for method in [m for m in methods if knows(m, key)][:1]:
-            try:
-                resolve(sweep.scenario, method, None, overrides)
-            except ScenarioError as exc:
-                problems.extend(f"{src}: {label}: {_strip(line, base.source, key)}" for line in exc.problems)
-
-    fixed, good = [override(k, v) for k, v in spec.overrides.items()], []
-    try:   # together first: some keys only make sense with others (model.options with model.name)
-        for method in methods:
-            resolve(sweep.scenario, method, None, [i for i, k in zip(fixed, spec.overrides) if knows(method, k)])
-        good = fixed
-    except ScenarioError:
-        for key, item in zip(spec.overrides, fixed):   # then each alone, to name the one at fault
-            before = len(problems)
-            check(f"set.{key}", key, [item])
-            if len(problems) == before:
-                good.append(item)
-    for key, grid_values in spec.grid.items():
-        for i, value in enumerate(grid_values):
-            check(f"grid.{key}[{i}]", key, [*good, override(key, value)])
-    own = {method: [override(k, v) for k, v in spec.method_overrides.get(method, {}).items()] for method in methods}
-    for method, items in own.items():
-        if items:
-            try:
-                resolve(sweep.scenario, method, None, [*good, *items])
-            except ScenarioError as exc:
-                problems.extend(f"{src}: method_set.{method}: {_strip(line, base.source, '')}" for line in exc.problems)
-    if problems:
+    if problems := grid.value_problems():
         raise SweepError(problems)
+    return grid.points()
 
-    points: list[Point] = []
-    cells: dict[str, CellSpec] = {}
-    for method in methods:
-        for combo in itertools.product(*spec.grid.values()):
-            values = tuple(zip(spec.grid, combo))
-            overrides = [*fixed, *own[method], *(override(k, v) for k, v in values)]
-            for seed in seeds:
+
+class _Grid:
+    """A sweep's methods (resolved), fixed overrides and swept values, checked in ``expand``'s order."""
+
+    def __init__(self, sweep: Sweep, base: LoadedScenario, classes: dict[str, type[Algorithm]]) -> None:
+        self.sweep, self.spec, self.src, self.base, self.classes = sweep, sweep.spec, sweep.source, base, classes
+        self.methods = self.spec.methods or list(classes)
+        self.fixed = [override(k, v) for k, v in self.spec.overrides.items()]
+        self.good: list[str] = []   # the fixed overrides that load
+        self.own = {m: [override(k, v) for k, v in self.spec.method_overrides.get(m, {}).items()] for m in self.methods}
+
+    def knows(self, method: str, key: str) -> bool:
+        return has_option(self.classes[method], key)
+
+    def key_problems(self) -> list[str]:
+        """Keys no method of the sweep has; ``method_set`` of a method not swept."""
+        spec, src, methods, problems = self.spec, self.src, self.methods, []
+        for section, mapping in (("set", spec.overrides), ("grid", spec.grid)):
+            problems += [f"{src}: {section}.{key}: no method of this sweep ({', '.join(methods)}) "
+                         f"has the option {key.split('.')[1]!r}"
+                         for key in mapping if not any(self.knows(m, key) for m in methods)]
+        for method, mapping in spec.method_overrides.items():
+            if method not in methods:
+                problems.append(f"{src}: method_set.{method}: not one of the sweep's methods ({', '.join(methods)})")
+                continue
+            problems.extend(f"{src}: method_set.{method}.{key}: {method} has no option {key.split('.')[1]!r}"
+                            for key in mapping if not self.knows(method, key))
+        return problems
+
+    def value_problems(self) -> list[str]:
+        """Values that do not load: ``set`` together, then each alone; each swept value; ``method_set``."""
+        spec, problems = self.spec, []
+        try:   # together first: some keys only make sense with others (model.options with model.name)
+            for method in self.methods:
+                self._resolve(method, [i for i, k in zip(self.fixed, spec.overrides) if self.knows(method, k)])
+            self.good = self.fixed
+        except ScenarioError:
+            for key, item in zip(spec.overrides, self.fixed):   # then each alone, to name the one at fault
+                found = self._check(f"set.{key}", key, [item])
+                problems += found
+                self.good += [] if found else [item]
+        for key, grid_values in spec.grid.items():
+            for i, value in enumerate(grid_values):
+                problems += self._check(f"grid.{key}[{i}]", key, [*self.good, override(key, value)])
+        for method, items in self.own.items():
+            if items:
                 try:
-                    cell = make_cell(sweep.scenario, method, seed, overrides)
+                    self._resolve(method, [*self.good, *items])
                 except ScenarioError as exc:
-                    where = ", ".join([method, *(f"{k}={v}" for k, v in values)])
-                    problems.extend(f"{src}: grid: {where}: {_strip(line, base.source, '')}"
-                                    for line in exc.problems)
-                    continue
-                cell = cells.setdefault(cell.id, cell)
-                points.append(Point(method, base.scenario.seed if seed is None else seed, values, cell))
-    if problems:
-        raise SweepError(list(dict.fromkeys(problems)))
-    return points
+                    problems += [f"{self.src}: method_set.{method}: {_strip(line, self.base.source, '')}"
+                                 for line in exc.problems]
+        return problems
+
+    def points(self) -> list[Point]:
+        """Every point (method × swept values × seed) with its cell; points of one scenario share it."""
+        spec, problems, points = self.spec, [], []
+        cells: dict[str, CellSpec] = {}
+        seeds: list[int | None] = [*spec.seeds] if spec.seeds else [None]
+        for method in self.methods:
+            for combo in itertools.product(*spec.grid.values()):
+                values = tuple(zip(spec.grid, combo))
+                overrides = [*self.fixed, *self.own[method], *(override(k, v) for k, v in values)]
+                for seed in seeds:
+                    try:
+                        cell = make_cell(self.sweep.scenario, method, seed, overrides)
+                    except ScenarioError as exc:
+                        where = ", ".join([method, *(f"{k}={v}" for k, v in values)])
+                        problems += [f"{self.src}: grid: {where}: {_strip(line, self.base.source, '')}"
+                                     for line in exc.problems]
+                        continue
+                    cell = cells.setdefault(cell.id, cell)
+                    points.append(Point(method, self.base.scenario.seed if seed is None else seed, values, cell))
+        if problems:
+            raise SweepError(list(dict.fromkeys(problems)))
+        return points
+
+    def _resolve(self, method: str, overrides: list[str]) -> LoadedScenario:
+        return resolve(self.sweep.scenario, method, None, overrides)
+
+    def _check(self, label: str, key: str, overrides: list[str]) -> list[str]:
+        """The problems of ``overrides`` under the first method that has ``key``."""
+        for method in [m for m in self.methods if self.knows(m, key)][:1]:
+            try:
+                self._resolve(method, overrides)
+            except ScenarioError as exc:
+                return [f"{self.src}: {label}: {_strip(line, self.base.source, key)}" for line in exc.problems]
+        return []
 
 
 def _strip(line: str, source: str, key: str) -> str:

@@ -11,6 +11,7 @@ from tqdm import tqdm
 from p2pfed.extras import require
 from p2pfed.sweeps import store
 from p2pfed.sweeps.cells import CellSpec, expand
+from p2pfed.sweeps.compat import adopt_older_cells
 from p2pfed.sweeps.report import FILES, build_report
 from p2pfed.sweeps.spec import SweepError, read_sweep
 
@@ -35,6 +36,13 @@ def run_sweep(sweep_file: Path, out: Path | None = None, *, workers: int | None 
     if store.has_manifest(out) and not resume:
         raise SweepError([f"--out {out}: already holds a sweep; add --resume to run only its missing "
                           "cells, or choose another folder"])
+    if resume:
+        kept, other = adopt_older_cells(out, points)
+        if kept:
+            log(f"{kept} finished cell(s) written under older keys run the same scenarios: kept under their new keys")
+        if other:
+            log(f"{other} finished cell(s) written under older keys ran other scenarios (a field since removed "
+                "or changed; see their summary.json config): they run again")
     cells = list({p.cell.id: p.cell for p in points}.values())
     todo = [c for c in cells if not store.is_done(out, c)]
     log(f"sweep {sweep.name}: {len(points)} points, {len(cells)} cells, "

@@ -9,14 +9,14 @@ documented in ``scenarios/REFERENCE.md`` (a test checks that).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from p2pfed.algorithms import algorithm_class
+from p2pfed.algorithms import Algorithm, algorithm_class
 from p2pfed.plugins import is_plugin_name
 from p2pfed.scenario.loader import ScenarioError
 from p2pfed.scenario.loader import describe_error
@@ -98,6 +98,7 @@ class Sweep:
     source: str           # the sweep file as given
     name: str
     scenario: Path | None
+    methods: dict[str, type[Algorithm]] = field(default_factory=dict)   # the file's ``methods``, resolved
 
 
 def read_sweep(path: str | Path, overrides: Sequence[str] = (), seeds: Sequence[int] | None = None) -> Sweep:
@@ -124,9 +125,10 @@ def read_sweep(path: str | Path, overrides: Sequence[str] = (), seeds: Sequence[
         problems += [f"{source}: {describe_error(e)}" for e in exc.errors()]
         spec = None
     methods = raw.get("methods")
+    classes = {}
     for i, name in enumerate(methods if isinstance(methods, list) else []):
         try:
-            algorithm_class(str(name), [here])
+            classes[str(name)] = algorithm_class(str(name), [here])
         except ValueError as exc:
             problems.append(f"{source}: methods.{i}: {exc}")
     scenario = None
@@ -137,7 +139,7 @@ def read_sweep(path: str | Path, overrides: Sequence[str] = (), seeds: Sequence[
     if problems:
         raise SweepError(problems)
     assert spec is not None   # a spec that failed to validate left problems
-    return Sweep(spec, source, spec.name or p.stem, scenario)
+    return Sweep(spec, source, spec.name or p.stem, scenario, classes)
 
 
 def _command_line(raw: dict[str, Any], overrides: Sequence[str], seeds: Sequence[int] | None) -> list[str]:
