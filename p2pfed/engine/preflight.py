@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from p2pfed.algorithms import algorithm_class
 from p2pfed.scenario.contacts import trace_contacts
 from p2pfed.network.contacts.plan import ContactError
 from p2pfed.network.contacts.traces import read_trace
@@ -77,7 +76,6 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
 
 def preflight(loaded: LoadedScenario) -> None:
     """Raise ScenarioError with every problem found, one line each; silent when all is well."""
-    method = algorithm_class(loaded.scenario.algorithm.name, [loaded.base_dir])
-    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source, method)
+    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source, loaded.method)
     if problems:
         raise ScenarioError(problems)
