@@ -85,7 +85,7 @@ def test_a_contact_run_checkpoints_and_resumes_from_the_command_line(tmp_path, c
     assert main(args + ["--out", str(out), "--checkpoint-every", "2"]) == 0
     assert (out / "checkpoint.pt").exists()
     _same_files(tmp_path / "whole", out)
-    # a run killed after its checkpoint at the second evaluation continues from there
+    # a run killed after its last checkpoint (at its end) writes its results from it
     (out / "rounds.csv").unlink()
     assert main(args + ["--out", str(out), "--resume"]) == 0
     _same_files(tmp_path / "whole", out)

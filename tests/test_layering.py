@@ -19,8 +19,6 @@ import p2pfed
 from p2pfed.algorithms import ALGORITHMS
 
 PACKAGE = Path(p2pfed.__file__).parent
-# Circles being removed elsewhere, each named with every module it runs through.
-ALLOWED_CIRCLES = [{"p2pfed.engine.contact_checkpoint", "p2pfed.engine.opportunistic"}]
 CORE = ("scenario", "engine", "device", "peer", "results", "sweeps")
 
 
@@ -45,7 +43,7 @@ def import_circles(edges: nx.DiGraph) -> list[list[str]]:
 
 
 def test_no_module_imports_itself_back():
-    circles = [c for c in import_circles(import_graph()) if set(c) not in ALLOWED_CIRCLES]
+    circles = import_circles(import_graph())
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 

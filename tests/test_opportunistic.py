@@ -215,11 +215,11 @@ def test_steps_started_in_one_batch_window_finish_together_at_its_end():
 def test_a_windows_steps_finish_in_two_halves_in_the_order_they_started(monkeypatch):
     """So that the K sweeps of the later half, sent to the helper process last, have the first
     half's fusion and training time to come back; every step still finishes at the window's end."""
-    from p2pfed.engine import opportunistic
+    from p2pfed.engine import contact_steps
 
     calls = []
-    real = opportunistic.finish_together
-    monkeypatch.setattr(opportunistic, "finish_together",
+    real = contact_steps.finish_together
+    monkeypatch.setattr(contact_steps, "finish_together",
                         lambda loops, *a, **kw: calls.append([loop.device for loop in loops]) or real(loops, *a, **kw))
     algos, sim = _clocked_run([3.0, 1.0, 7.0, 5.0, 9.0], 10.0)
     assert calls == [[1, 0, 3], [2, 4]] * 4

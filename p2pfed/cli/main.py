@@ -103,7 +103,7 @@ def _callbacks(args: argparse.Namespace) -> list:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from p2pfed.engine.runner import run_scenario
+    from p2pfed.engine.runner import simulate, write_results
     from p2pfed.results.files import folder_label
     from p2pfed.results.compare import comparison_columns, comparison_row, format_table
 
@@ -124,9 +124,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         checkpointing = Checkpointing(path, every=args.checkpoint_every or 1)
     print(f"running {loaded.source}: {sc.algorithm.name}, {_length(sc)}, seed {sc.seed}",
           file=sys.stderr)
-    summary = run_scenario(loaded, out, progress=not args.quiet, checkpointing=checkpointing,
-                           callbacks=_callbacks(args))
-    assert summary is not None   # only a checkpointed run told to stop early returns none
+    done = simulate(loaded, progress=not args.quiet, checkpointing=checkpointing, callbacks=_callbacks(args))
+    assert done is not None   # only a checkpointed run told to stop early returns none
+    if done.resumed_at_end and checkpointing is not None:
+        print(f"{checkpointing.path}: the run had already finished; its results are written again from it",
+              file=sys.stderr)
+    write_results(done, out, sc.name)
+    summary = done.summary
     print(format_table([row := comparison_row(summary)], comparison_columns([row])))
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0

@@ -9,7 +9,7 @@ with identical results.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from p2pfed.network.contacts import ContactPlan
 from p2pfed.device.energy import EnergyMeter
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
+from p2pfed.engine.runtime import Runtime
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.engine.offload import make_offload
 from p2pfed.results.callbacks import Callback, Rows
@@ -71,6 +72,7 @@ class Simulated:
     dataset: dict[str, Any]
     plan: ContactPlan | None
     energy: EnergyMeter | None = None
+    resumed_at_end: bool = False     # resumed from a checkpoint taken at the run's end
 
 
 def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progress: bool = True,
@@ -124,20 +126,22 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     energy_plan = build_energy_plan(loaded, n)
     meter = None if energy_plan is None else EnergyMeter(energy_plan, recorder)
     rows = Rows(callbacks)
+    shown = Progress(loaded, recorder, rows, progress)
+    runtime: Runtime
     plan = None
     try:
         if sc.contacts.kind == "none":
-            sim_time, extra = _run_rounds(loaded, algorithms, graph, recorder, progress, dataset, checkpointing,
-                                          rows, meter)
-            if sim_time is None:
-                return None
+            runtime, summarise = _rounds_runtime(loaded, algorithms, graph, recorder, dataset, shown, meter)
+            kind = CHECKPOINT_KIND
         else:
-            ran = _run_contacts(loaded, algorithms, graph, recorder, progress, rows, checkpointing, meter)
-            if ran is None:
-                return None
-            sim_time, extra, plan = ran
+            runtime, summarise = _contacts_runtime(loaded, algorithms, graph, recorder, shown, checkpointing, meter)
+            kind, plan = CONTACTS_CHECKPOINT_KIND, runtime.plan
+        at_end = _drive(runtime, kind, loaded, checkpointing, shown)
     finally:
         offload.close()
+    if at_end is None:
+        return None
+    sim_time, extra = runtime.now(), summarise()
     if meter is not None:
         extra["energy"] = meter.summary(sim_time)
     if helper:
@@ -153,7 +157,8 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
                             **extra)
     rows.emit(recorder.rows)
     rows.end(summary)
-    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter)
+    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter,
+                     resumed_at_end=at_end)
 
 
 def _check_windows(loaded: LoadedScenario, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:
@@ -164,63 +169,95 @@ def _check_windows(loaded: LoadedScenario, schedule: AsyncSchedule, checkpointin
                          f"asynchronous.batch_window_s ({w:g} s) for checkpoints over contacts")
 
 
-def _run_rounds(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
-                progress: bool, dataset: FederatedDataset, checkpointing: Checkpointing | None,
-                rows: Rows, meter: EnergyMeter | None = None) -> tuple[float | None, dict[str, Any]]:
+class Progress:
+    """The progress bar and the live callbacks, told after each round or evaluation."""
+
+    def __init__(self, loaded: LoadedScenario, recorder: Recorder, rows: Rows, show: bool) -> None:
+        self.recorder = recorder
+        self.rows = rows
+        self.name = loaded.scenario.algorithm.name
+        self.show = show
+        self.bar: tqdm | None = None
+
+    def open(self, length: int, unit: str) -> None:
+        self.bar = tqdm(total=length, desc=self.name, unit=unit, disable=not self.show, leave=False)
+
+    def tick(self, position: int, new_rows: bool = True) -> None:
+        """The run is at ``position`` (in the bar's unit); ``new_rows``: an evaluation completed."""
+        assert self.bar is not None
+        self.bar.update(position - self.bar.n)
+        if self.recorder.latest:
+            self.bar.set_postfix(f1=f"{self.recorder.latest['f1_macro_mean']:.3f}")
+        if new_rows and self.rows.callbacks:
+            self.rows.emit(self.recorder.rows)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _drive(runtime: Runtime, kind: str, loaded: LoadedScenario, checkpointing: Checkpointing | None,
+           progress: Progress) -> bool | None:
+    """Run ``runtime`` to its end, or with ``checkpointing`` from its checkpoint if there is one,
+    saving one every ``every`` steps; None: stopped early; else whether the checkpoint it
+    resumed from was already at the run's end."""
+    mark = fingerprint(loaded)
+    progress.open(runtime.length, runtime.unit)
+    at_end = False
+    try:
+        if checkpointing is not None and checkpointing.path.exists():
+            runtime.load_state_dict(load_checkpoint(checkpointing.path, kind, mark))
+            progress.tick(runtime.position(), new_rows=False)
+            at_end = runtime.done >= runtime.total
+        else:
+            runtime.start()
+        stop = runtime.total
+        if checkpointing is not None and checkpointing.stop_after_round is not None:
+            stop = min(stop, checkpointing.stop_after_round)
+        while runtime.done < stop:
+            step = stop if checkpointing is None else runtime.done + checkpointing.every
+            runtime.advance(min(step, stop))
+            if checkpointing is not None:
+                save_checkpoint(checkpointing.path, kind, mark, runtime.state_dict())
+    finally:
+        runtime.close()
+        progress.close()
+    return None if runtime.done < runtime.total else at_end
+
+
+def _rounds_runtime(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
+                    dataset: FederatedDataset, progress: Progress,
+                    meter: EnergyMeter | None) -> tuple[Simulation, Callable[[], dict[str, Any]]]:
+    """The synchronous runtime, and what it adds to the summary once done."""
     sc = loaded.scenario
     n = len(algorithms)
     class_schedule = build_class_schedule(loaded, dataset)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
                              participation=sc.engine.participation, eval_every=sc.evaluation.every,
                              eval_when=sc.evaluation.when, eval_both=sc.evaluation.both)
-    bar = tqdm(total=sc.rounds, desc=f"{sc.algorithm.name}", unit="round", disable=not progress,
-               leave=False)
-
-    def on_round(r: int, now: float) -> None:
-        bar.update(1)
-        if recorder.latest:
-            bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
-        if rows.callbacks and schedule.evaluates(r):
-            rows.emit(recorder.rows)
-
     sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
-                     max_message_bytes=sc.engine.max_message_bytes, on_round=on_round,
+                     max_message_bytes=sc.engine.max_message_bytes,
+                     on_round=lambda r, now: progress.tick(r + 1, schedule.evaluates(r)),
                      class_schedule=class_schedule,
                      batched_training=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
                      setup_round_trips=sc.topology.setup_round_trips, framing=sc.topology.framing,
                      slow_start=sc.topology.slow_start)
-    mark = fingerprint(loaded)
-    try:
-        if checkpointing is not None and checkpointing.path.exists():
-            sim.load_state_dict(load_checkpoint(checkpointing.path, CHECKPOINT_KIND, mark))
-            bar.update(sim.next_round)
-        stop = sc.rounds
-        if checkpointing is not None and checkpointing.stop_after_round is not None:
-            stop = min(stop, checkpointing.stop_after_round)
-        while sim.next_round < stop:
-            step = stop - sim.next_round if checkpointing is None else checkpointing.every
-            sim_time = sim.run(until_round=min(sim.next_round + step, stop))
-            if checkpointing is not None:
-                save_checkpoint(checkpointing.path, CHECKPOINT_KIND, mark, sim.state_dict())
-    finally:
-        sim.close()
-        bar.close()
-    if sim.next_round < sc.rounds:
-        return None, {}
-    extra = {} if class_schedule is None else {"dynamic": {
-        "devices_changed": sorted(class_schedule.removed),
-        "classes_hidden_at_start": sum(len(v) for v in class_schedule.removed.values()),
-        "return_rounds": [r + 1 for r in class_schedule.return_rounds(sc.rounds)]}}
-    return sim_time, {"topology": {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
-                                   "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))},
-                      **extra}
+
+    def extra() -> dict[str, Any]:
+        dynamic = {} if class_schedule is None else {"dynamic": {
+            "devices_changed": sorted(class_schedule.removed),
+            "classes_hidden_at_start": sum(len(v) for v in class_schedule.removed.values()),
+            "return_rounds": [r + 1 for r in class_schedule.return_rounds(sc.rounds)]}}
+        return {"topology": {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
+                             "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))},
+                **dynamic}
+    return sim, extra
 
 
-def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
-                  recorder: Recorder, progress: bool, rows: Rows, checkpointing: Checkpointing | None,
-                  meter: EnergyMeter | None = None) -> tuple[float, dict[str, Any], ContactPlan] | None:
-    """The opportunistic runtime; with ``checkpointing``, checkpoints every ``every``
-    evaluations (None: stopped early at one)."""
+def _contacts_runtime(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
+                      recorder: Recorder, progress: Progress, checkpointing: Checkpointing | None,
+                      meter: EnergyMeter | None) -> tuple[OpportunisticSimulation, Callable[[], dict[str, Any]]]:
+    """The opportunistic runtime, and what it adds to the summary once done."""
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
@@ -238,46 +275,15 @@ def _run_contacts(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx
         assert churn.mean_offline_s is not None   # the schema sets both or neither
         offline = churn_intervals(n, duration, churn.mean_online_s, churn.mean_offline_s,
                                   stream(sc.seed, "churn"))
-    bar = tqdm(total=round(duration), desc=f"{sc.algorithm.name}", unit="sim s", disable=not progress,
-               leave=False)
-
-    def on_time(now: float) -> None:
-        bar.update(round(now) - bar.n)
-        if recorder.latest:
-            bar.set_postfix(f1=f"{recorder.latest['f1_macro_mean']:.3f}")
-        if rows.callbacks:
-            rows.emit(recorder.rows)
-
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
-                                  offline=offline, on_time=on_time, batched=sc.engine.batched_training,
-                                  precision=sc.engine.precision, energy=meter)
-    mark = fingerprint(loaded)
-    total = sim.evaluations
-    try:
-        if checkpointing is not None and checkpointing.path.exists():
-            sim.load_state_dict(load_checkpoint(checkpointing.path, CONTACTS_CHECKPOINT_KIND, mark))
-            bar.update(round(sim.env.now))
-        else:
-            sim.start()
-        stop = total
-        if checkpointing is not None and checkpointing.stop_after_round is not None:
-            stop = min(stop, checkpointing.stop_after_round)
-        while sim.waits.evaluated < stop:
-            step = stop if checkpointing is None else sim.waits.evaluated + checkpointing.every
-            sim.advance(min(step, stop))
-            if checkpointing is not None and sim.waits.evaluated < total:
-                save_checkpoint(checkpointing.path, CONTACTS_CHECKPOINT_KIND, mark, sim.state_dict())
-    finally:
-        sim.close()
-        bar.close()
-    if sim.waits.evaluated < total:
-        return None
-    sim_time = float(sim.env.now)
-    stats = sim.stats()
-    return sim_time, {
-        "rounds": stats["trainings_per_device"],
-        "contacts": {"kind": c.kind, **{k: round_float(v, 4) for k, v in plan.stats(duration).items()}},
-        "asynchronous": {k: None if v is None else round_float(v, 4) for k, v in stats.items()},
-        "contact_protocol": {"protocol": c.protocol, **sim.control},
-    }, plan
+                                  offline=offline, on_time=lambda now: progress.tick(round(now)),
+                                  batched=sc.engine.batched_training, precision=sc.engine.precision, energy=meter)
+
+    def extra() -> dict[str, Any]:
+        stats = sim.stats()
+        return {"rounds": stats["trainings_per_device"],
+                "contacts": {"kind": c.kind, **{k: round_float(v, 4) for k, v in plan.stats(duration).items()}},
+                "asynchronous": {k: None if v is None else round_float(v, 4) for k, v in stats.items()},
+                "contact_protocol": {"protocol": c.protocol, **sim.control}}
+    return sim, extra

@@ -73,6 +73,8 @@ class Transfer:
 class Simulation:
     """Synchronous rounds over a static graph."""
 
+    unit = "round"
+
     def __init__(self, algorithms: list[Algorithm], graph: nx.Graph, schedule: RoundSchedule,
                  recorder: Recorder, rng: np.random.Generator, *, max_message_bytes: int,
                  on_round: Callable[[int, float], None] | None = None,
@@ -235,7 +237,29 @@ class Simulation:
                 and now > (t.round + 1) * self.schedule.round_period_s:   # after the fusion it was for
             self.recorder.late(t.dst)
 
-    # -- driver ----------------------------------------------------------------------------
+    # -- the runtime interface -------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        """Where the run can stop: after each of its rounds."""
+        return self.schedule.rounds
+
+    @property
+    def done(self) -> int:
+        return self.next_round
+
+    @property
+    def length(self) -> int:
+        return self.schedule.rounds
+
+    def position(self) -> int:
+        return self.next_round
+
+    def start(self) -> None:
+        """Nothing to start: each ``advance`` runs its rounds."""
+
+    def advance(self, to: int) -> None:
+        self.run(until_round=to)
+
     def run(self, until_round: int | None = None) -> float:
         """Run the rounds from ``next_round`` up to ``until_round`` (default: the last); returns
         the simulated time. Bytes still in flight at the end of the last round never arrive;
