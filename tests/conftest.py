@@ -1,8 +1,19 @@
+import os
 from pathlib import Path
 
 import pytest
 
+from p2pfed.scenario.threads import WORKER_THREADS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# One PyTorch thread per test process, and in every process a test starts: the tests run one
+# process per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
+# waiting threads, on cores another process is using, slow each run many times over. Set before
+# torch is imported; the runtimes read it as a sweep worker's thread count (results do not depend
+# on it). A contact run then starts no offload helper unless the test asks for one.
+os.environ.setdefault(WORKER_THREADS_ENV, "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
