@@ -18,10 +18,6 @@ PACKAGED = Path(__file__).parents[1] / "p2pfed/data/files/wisdm_v1.1_transformed
 needs_arff = pytest.mark.skipif(not ARFF.exists(), reason="source ARFF not available")
 
 
-# on one pytest-xdist worker, so that the WISDM data shared below is loaded once
-pytestmark = pytest.mark.xdist_group("data_wisdm")
-
-
 @pytest.fixture(scope="module")
 def wisdm():
     return load_wisdm()

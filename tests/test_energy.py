@@ -34,10 +34,6 @@ def _untouchable(*_args, **_kw):
     raise AssertionError("the energy model ran for a scenario that did not opt in")
 
 
-# on one pytest-xdist worker, so that the runs shared below are run once
-pytestmark = pytest.mark.xdist_group("energy")
-
-
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     """The small scenario without a devices section, run with every entry to the energy model

@@ -103,10 +103,6 @@ def _run_keeping_devices(overrides: list[str]) -> tuple[dict, list, FederatedDat
     return summary, kept, load_scenario_dataset(loaded)
 
 
-# on one pytest-xdist worker, so that the planted runs shared below are run once
-pytestmark = pytest.mark.xdist_group("fedsub_science")
-
-
 @pytest.fixture(scope="module")
 def planted_runs():
     """synthetic-small as shipped (12 devices, 4 classes, 3 planted groups of 4 per class, drawn

@@ -41,10 +41,6 @@ def rows(path: Path, drop: tuple[str, ...] = ("wall_time_s",)) -> list[dict[str,
         return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(fh)]
 
 
-# on one pytest-xdist worker, so that the two-worker sweep shared below is run once
-pytestmark = pytest.mark.xdist_group("sweep")
-
-
 @pytest.fixture(scope="module")
 def two_worker_sweep(tmp_path_factory) -> tuple[Path, Path]:
     """The tiny sweep (2 methods x 2 learning rates x 2 seeds = 8 cells) run once on 2 workers."""
