@@ -1,8 +1,19 @@
+import os
 from pathlib import Path
 
 import pytest
 
+from p2pfed.scenario.threads import WORKER_THREADS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# One PyTorch thread per test process, and in every process a test starts: the tests run one
+# process per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
+# waiting threads, on cores another process is using, slow each run many times over. Set before
+# torch is imported; the runtimes read it as a sweep worker's thread count (results do not depend
+# on it). A contact run then starts no offload helper unless the test asks for one.
+os.environ.setdefault(WORKER_THREADS_ENV, "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
@@ -30,3 +41,25 @@ def permitted() -> None:
         check_permitted()
     except LanError as exc:
         pytest.skip(f"namespaces not permitted here: {exc}")
+
+
+# Test files whose tests run one after another on one pytest-xdist worker: those that build network
+# namespaces (the kernel hands a freed namespace's id to the next one built, so a LAN built beside
+# another would count the other's namespaces as left behind), and those whose tests share one
+# expensive module fixture (built once, not once per worker). Every other test goes to whichever
+# worker is free. (pytest-xdist's own ``xdist_group`` mark is lost under pytest 9.)
+SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py": "namespaces",
+                 "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
+                 "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
+                 "test_fedsub_science.py": "fedsub-science"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SHARED_WORKER.get(Path(nodeid.split("::")[0]).name, nodeid)
+
+    return SharedWorkerScheduling(config, log)

@@ -30,7 +30,7 @@ BUSY = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=
 ENERGY = ["devices.profiles=[{name: slow, fraction: 1.0, flops_per_s: 5.0e3, joules_per_flop: 2.0e-9}]",
           "devices.radio=lte", "devices.battery_j=3", "devices.recharge_every_s=400"]
 VARIANTS = {**{name: (name, FIRES_EARLY.get(name, [])) for name in sorted(ALGORITHMS)},
-            "fedsub-batch-window": ("fedsub", ["asynchronous.batch_window_s=30"]),
+            "fedsub-batch-window": ("fedsub", ["asynchronous.batch_window_s=30", "engine.offload=true"]),
             "fedsub-acknowledged": ("fedsub", ["contacts.protocol=acknowledged", "contacts.loss_rate=0"]),
             "gossip-avg-energy": ("gossip-avg", ENERGY)}
 
