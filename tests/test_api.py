@@ -68,7 +68,7 @@ def test_compare_takes_a_users_class_as_a_method(tmp_path):
         table = p2pfed.compare(SCENARIO, ["local", LossWeightedGossip], rounds=2, overrides=SMALL, out=tmp_path)
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    assert list(table["algorithm"]) == ["local", "loss_weighted_gossip:LossWeightedGossip"]
+    assert list(table["algorithm"]) == ["local", "loss-weighted-gossip"]   # the class by its own name
     assert (tmp_path / "LossWeightedGossip" / "summary.json").exists()
     class Nested(LossWeightedGossip):   # not importable by name from another process
         pass

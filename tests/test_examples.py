@@ -61,7 +61,8 @@ def test_the_example_method_runs_synchronously_over_contacts_and_as_three_real_p
                  "--round-timeout", "20", *_sets(TINY)])
     assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
     real = json.loads((tmp_path / "peers" / "summary.json").read_text())
-    assert real["runtime"]["secure"] is True and real["algorithm"] == METHOD
+    assert real["runtime"]["secure"] is True and real["algorithm"] == "loss-weighted-gossip"
+    assert real["code"]["user_code"][METHOD]["path"] == str(ROOT / "examples" / "loss_weighted_gossip.py")
     assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
 

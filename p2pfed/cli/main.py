@@ -323,7 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="p2pfed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_simulation_commands(sub)   # run, compare, validate
+    _add_peer_commands(sub)         # peer, launch
+    _add_host_commands(sub)         # plan, merge, keys
+    add_sweep_commands(sub)  # sweep, report
+    return parser
 
+
+def _add_simulation_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="simulate one scenario and write its results")
     _scenario_args(p, optional=True)
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>)")
@@ -352,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", action="store_true", help="also check what real peers (launch) need")
     p.set_defaults(func=cmd_validate)
 
+
+def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("peer", help="run one device as a real peer process (tcp ZeroMQ, CURVE)")
     p.add_argument("--config", required=True, help="peer YAML file (see scenarios/REFERENCE.md)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
@@ -363,17 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results folder (default runs/<scenario>-<algorithm>-peers)")
     p.add_argument("--algorithm", help="run this method instead of the scenario's (as in run)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
-    p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
-                   help="seconds a peer waits for its neighbours to start (round 0)")
-    p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
-    p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
-                   help="a round lasts at least this long on the wall clock (default 0: no pacing)")
+    _pacing_args(p)
     p.add_argument("--timeout", type=POSITIVE_SECONDS, default=3600.0,
                    help="seconds before unfinished peers are killed")
     _shared_grid_arg(p)
-    p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
-                   help="over contacts: simulated seconds per wall-clock second (links X times faster, "
-                        "latencies X times shorter)")
+    _speedup_arg(p)
     p.add_argument("--network", choices=["loopback", "emulated"], default="loopback",
                    help="loopback: every peer on 127.0.0.1 (default); emulated: every peer its own host in a "
                         "network namespace, the topology's links with their latency and bandwidth, or over "
@@ -388,20 +391,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "namespaces inherit; Reno and CUBIC restart slow start after idle: topology.slow_start)")
     p.set_defaults(func=cmd_launch)
 
+
+def _add_host_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="write one folder per peer (peer file, scenario, keys, start.sh) for real hosts")
     _scenario_args(p, optional=True)
     p.add_argument("--hosts", required=True, help="YAML file: hosts: [address or address:port per device]")
     p.add_argument("--out", required=True, help="bundle folder: peer-I/ per device and plan.json")
     p.add_argument("--algorithm", help="run this method instead of the scenario's (as in run)")
     p.add_argument("--insecure", action="store_true", help="no keys: peers run plaintext (loud warning)")
-    p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
-                   help="seconds a peer waits for its neighbours to start (round 0)")
-    p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
-    p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
-                   help="a round lasts at least this long on the wall clock (default 0: no pacing)")
-    p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
-                   help="over contacts: simulated seconds per wall-clock second (links X times faster, "
-                        "latencies X times shorter)")
+    _pacing_args(p)
+    _speedup_arg(p)
     _shared_grid_arg(p)
     p.add_argument("--start-at", type=POSITIVE_SECONDS, metavar="UNIX_TIME",
                    help="over contacts or with --shared-grid: the unix time of (simulated) time 0 on every host "
@@ -418,8 +417,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", type=POSITIVE_INT, default=1, help="how many key pairs")
     p.set_defaults(func=cmd_keys)
 
-    add_sweep_commands(sub)  # sweep, report
-    return parser
+
+def _pacing_args(p: argparse.ArgumentParser) -> None:
+    """A real peer's waits and round pacing (launch, plan)."""
+    p.add_argument("--start-timeout", type=POSITIVE_SECONDS, default=120.0,
+                   help="seconds a peer waits for its neighbours to start (round 0)")
+    p.add_argument("--round-timeout", type=POSITIVE_SECONDS, default=30.0, help="seconds a peer waits for neighbours")
+    p.add_argument("--round-period", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
+                   help="a round lasts at least this long on the wall clock (default 0: no pacing)")
+
+
+def _speedup_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--speedup", type=POSITIVE_SECONDS, default=1.0, metavar="X",
+                   help="over contacts: simulated seconds per wall-clock second (links X times faster, "
+                        "latencies X times shorter)")
 
 
 def main(argv: list[str] | None = None) -> int:

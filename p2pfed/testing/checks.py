@@ -64,7 +64,7 @@ from p2pfed.learning.training import TrainingConfig
 from p2pfed.learning.units import has_units
 from p2pfed.scenario.randomness import int_seed
 from p2pfed.testing.federation import Federation, fuse_once, make_algorithms, train_once
-from p2pfed.testing.hash_seeds import HelperError, call_with_hash_seed
+from p2pfed.testing.hash_seeds import HelperError, call_with_hash_seed, in_helper
 
 ROUNDS = 6            # the run a device is told it is in
 HIDDEN = (16, 16)
@@ -207,6 +207,8 @@ def _importable_elsewhere(setup: Setup) -> bool:
     import pickle
     import warnings
 
+    if in_helper():
+        return False   # already one of the two processes
     problem = None
     if setup.method.__module__ == "__main__":
         problem = "it is defined in __main__"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 _LENGTH = struct.Struct("<Q")
+_MARK = "P2PFED_HASH_SEED_HELPER"   # set in a helper's environment
 _helpers: dict[str, subprocess.Popen[bytes]] = {}
 
 
@@ -48,11 +49,17 @@ def call_with_hash_seed(hash_seed: str, fn: Callable[..., Any], *args: Any, uses
     return value
 
 
+def in_helper() -> bool:
+    """Whether this process is such a helper (which starts none of its own: importing a user's
+    module that runs the contract at import time must not start helpers without end)."""
+    return _MARK in os.environ
+
+
 def _helper(hash_seed: str) -> subprocess.Popen[bytes]:
     helper = _helpers.get(hash_seed)
     if helper is None or helper.poll() is not None:
         path = os.pathsep.join(p for p in sys.path if p)
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": path}
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": path, _MARK: hash_seed}
         helper = subprocess.Popen([sys.executable, "-m", "p2pfed.testing.hash_seeds"], env=env,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         _helpers[hash_seed] = helper
