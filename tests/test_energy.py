@@ -365,17 +365,16 @@ def test_real_peers_report_the_energy_the_simulator_counts_for_the_same_work(tmp
 
 
 def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_file_hashes_it(tmp_path):
-    """The cell id hashes the resolved scenario and its files: without a devices section it is
-    what it was before the section existed (committed sweeps resume); a devices file is hashed."""
-    import hashlib
-    import json
-
+    """The cell id hashes the scenario's canonical form and its files: without a devices section
+    the section is absent from that form (cells from before it existed resume); a devices file is
+    hashed."""
+    from p2pfed.scenario.canonical import canonical
     from p2pfed.scenario.loader import dump
     from p2pfed.sweeps.cells import cell_id
 
     loaded = load_scenario(SCENARIO)
-    text = json.dumps({"scenario": dump(loaded), "files": {}}, sort_keys=True, default=str)
-    assert "devices" not in dump(loaded) and cell_id(loaded) == hashlib.sha256(text.encode()).hexdigest()
+    assert "devices" not in canonical(dump(loaded), loaded.method)
+    assert "devices" in canonical(dump(load_scenario(SCENARIO, [_battery_file(tmp_path, 1.0)])), loaded.method)
     file_option = _battery_file(tmp_path, 1.0)
     before = cell_id(load_scenario(SCENARIO, [file_option]))
     (tmp_path / "devices.csv").write_text((tmp_path / "devices.csv").read_text().replace("1.0", "2.0"))
