@@ -97,3 +97,21 @@ def test_the_method_name_check_sees_a_comparison_but_not_a_default(tmp_path):
                     '    default = raw.get("name", "fedsub")\n'
                     '    return spec.name == "fedsub" or name in ("safl", default)\n')
     assert method_names_in(code) == [(7, "fedsub"), (7, "safl")]
+
+
+MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_class_or_function_grows_past_what_a_reader_holds():
+    """Classes of at most 300 lines and functions of at most 60 (docstrings included), so each
+    part of the package can be read whole."""
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            limit = (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else
+                     MAX_FUNCTION_LINES if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
+            if limit is not None and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > limit:
+                too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: "
+                                f"{node.end_lineno - node.lineno + 1} lines (at most {limit})")
+    assert not too_long, "\n".join(too_long)
