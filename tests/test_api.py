@@ -96,7 +96,7 @@ def test_the_notebook_example_runs(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "notebook.py")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "mean macro-F1" in done.stdout and "LossWeightedGossip" in done.stdout
+    assert "mean macro-F1" in done.stdout and "loss-weighted-gossip" in done.stdout   # labelled by its name
     assert (tmp_path / "runs" / "notebook" / "run.png").exists()
     assert (tmp_path / "runs" / "notebook" / "sweep" / "summary.csv").exists()
 
