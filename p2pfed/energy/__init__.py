@@ -1,5 +1,5 @@
 """Devices as they are: how fast each one computes, what its radio and its arithmetic cost in
-joules, and how much its battery holds (issue 34). Plain figures and functions; the runtimes'
+joules, and how much its battery holds. Plain figures and functions; the runtimes'
 accounting of them is ``p2pfed.device.energy``."""
 
 from p2pfed.energy.plan import EnergyPlan

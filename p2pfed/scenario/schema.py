@@ -335,7 +335,7 @@ AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shi
 
 
 class AdversarySection(Section):
-    """Devices that lie (issue 32): which, how and from when. The attack wraps the device's method
+    """Devices that lie: which, how and from when. The attack wraps the device's method
     (``p2pfed/algorithms/attacks.py``), the same in every runtime; a list of kinds combines them."""
 
     kind: AttackKind | list[AttackKind]
@@ -414,7 +414,7 @@ class RadioSection(Section):
 
 
 class DevicesSection(Section):
-    """Devices as they are (issue 34): compute speed and energy per device class, a radio, and
+    """Devices as they are: compute speed and energy per device class, a radio, and
     batteries. Absent (the default), none of it runs and results are as before."""
 
     profiles: list[ProfileEntry] = []

@@ -4,6 +4,8 @@ The order of a ``set`` of strings, and of anything built by iterating one, chang
 interpreter's hash seed: equal within one process, different between two ``p2pfed run``s. The
 contract runs its same-seed check in two such processes to catch it. Each helper is started once
 per process and kept for later calls; a call and its result travel as pickles over its pipes.
+Those pipes join this process and the helper it started, on one machine, for the contract alone:
+nothing a peer sends ever reaches them (peers' messages go through the wire codec only).
 """
 
 from __future__ import annotations

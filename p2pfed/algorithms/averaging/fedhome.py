@@ -10,7 +10,7 @@ only the classifier head on them. Serverless, FedAvg is ``gossip-avg``; in the f
 device neither sends nor averages. With ``fine_tune_rounds`` at least the run's rounds it never
 communicates.
 
-``balance: input`` keeps the variant used here before issue 14: SMOTE on the raw inputs and the
+``balance: input`` keeps the variant earlier versions used: SMOTE on the raw inputs and the
 whole model fine-tuned. Either way the balanced set is drawn from the training data the device
 holds now (``ctx.x_train``: in a dynamic run, its visible classes only) and drawn again when
 those change. Unlike the reference, classes with at most ``smote_k`` samples are kept (SMOTE's

@@ -10,7 +10,7 @@ body phase adds ``proto_weight``·MSE(f(x), averaged prototype of y).
 
 The defaults are those of the reference implementation the FedSub papers ran (ProtoHAR's
 framework, ``main.py``: ``--plocal_steps 1`` head epoch, ``--lamda 0.1`` prototype weight).
-Before issue 14 they were ``head_epochs: 10`` and ``proto_weight: 1.0``; set those to run that
+Earlier versions used ``head_epochs: 10`` and ``proto_weight: 1.0``; set those to run that
 variant.
 """
 
