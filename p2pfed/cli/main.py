@@ -362,7 +362,7 @@ def _add_simulation_commands(sub: argparse._SubParsersAction) -> None:
 
 def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("peer", help="run one device as a real peer process (tcp ZeroMQ, CURVE)")
-    p.add_argument("--config", required=True, help="peer YAML file (see scenarios/REFERENCE.md)")
+    p.add_argument("--config", required=True, help="peer YAML file (see docs/reference/scenario.md)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
     p.set_defaults(func=cmd_peer)
 
@@ -385,7 +385,7 @@ def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jitter", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
                    help="emulated: each packet's latency varies uniformly by up to this much (order kept)")
     p.add_argument("--faults", metavar="FILE", help="emulated: a YAML file of slow links, partitions and killed "
-                   "peers, by round (see scenarios/REFERENCE.md)")
+                   "peers, by round (see docs/reference/scenario.md)")
     p.add_argument("--congestion-control", metavar="NAME",
                    help="emulated: the hosts' TCP congestion control, e.g. reno (default: the kernel's, which "
                         "namespaces inherit; Reno and CUBIC restart slow start after idle: topology.slow_start)")

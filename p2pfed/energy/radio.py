@@ -3,7 +3,7 @@ power a radio keeps drawing after its last transfer before it drops to a low-pow
 to ``tail_s`` seconds; a new transfer within the tail cuts it short) and an optional idle power
 (listening, charged over the time the device is powered).
 
-Presets, from what each figure's source says (``scenarios/REFERENCE.md`` lists them too):
+Presets, from what each figure's source says (``docs/reference/scenario.md`` lists them too):
 
 - ``wifi``: ns-3's ``WifiRadioEnergyModel`` defaults, TX 0.380 A, RX 0.313 A and idle 0.273 A
   (``src/wifi/model/wifi-radio-energy-model.cc``), at an assumed 3.0 V supply and an assumed

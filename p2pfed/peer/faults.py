@@ -39,14 +39,17 @@ class _Section(BaseModel):
 
 
 class SlowLink(_Section):
-    link: tuple[int, int] = Field(description="the two peers the link joins (a topology edge)")
-    factor: float = Field(gt=0, description="latency times this, bandwidth divided by it")
+    link: tuple[int, int] = Field(description="The two peers the link joins (it must be a topology edge).")
+    factor: float = Field(gt=0, description=(
+        "The link at this many times its latency and 1/factor its bandwidth, from the start."))
 
 
 class Partition(_Section):
-    groups: list[list[int]] = Field(min_length=2, description="peers on each side; links between sides are cut")
-    from_round: int = Field(ge=0)
-    to_round: int = Field(gt=0, description="healed once every running peer has done this many rounds")
+    groups: list[list[int]] = Field(min_length=2, description=(
+        "The peers on each side (disjoint, at least two groups); every link between two groups is cut."))
+    from_round: int = Field(ge=0, description="Cut once every running peer has done this many rounds.")
+    to_round: int = Field(gt=0, description=(
+        "Healed once every running peer has done this many rounds (above `from_round`)."))
 
     @model_validator(mode="after")
     def _ordered_and_disjoint(self) -> Partition:
@@ -59,14 +62,14 @@ class Partition(_Section):
 
 
 class Kill(_Section):
-    peer: int = Field(ge=0)
-    after_round: int = Field(ge=0, description="killed once it has done this many rounds (0: at once)")
+    peer: int = Field(ge=0, description="The peer killed (SIGKILL), never restarted; it is left out of the results.")
+    after_round: int = Field(ge=0, description="Killed once it has done this many rounds (0: at once).")
 
 
 class Faults(_Section):
-    slow: list[SlowLink] = []
-    partitions: list[Partition] = []
-    kill: list[Kill] = []
+    slow: list[SlowLink] = Field([], description="Slow links.")
+    partitions: list[Partition] = Field([], description="Network partitions, each for a span of rounds.")
+    kill: list[Kill] = Field([], description="Peers killed.")
 
     def peers(self) -> set[int]:
         return ({p for s in self.slow for p in s.link} | {p for x in self.partitions for g in x.groups for p in g}

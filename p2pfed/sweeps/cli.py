@@ -12,7 +12,7 @@ from pathlib import Path
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run methods × swept values × seeds, on local cores or a Dask cluster")
-    p.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (see scenarios/REFERENCE.md)")
+    p.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (see docs/reference/scenario.md)")
     p.add_argument("--out", help="results folder (default runs/<sweep name>)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="local worker processes (default: one per core)")

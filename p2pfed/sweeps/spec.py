@@ -2,8 +2,8 @@
 
 A sweep file names a base scenario, the methods, the seeds, fixed overrides (``set``) and the
 swept keys (``grid``), using the same dotted keys as ``--set``. It is validated like a scenario:
-unknown keys are errors, and every problem is reported before anything runs. Every field is
-documented in ``scenarios/REFERENCE.md`` (a test checks that).
+unknown keys are errors, and every problem is reported before anything runs. Every field carries
+its description, which the generated ``docs/reference/scenario.md`` shows (a test checks that).
 """
 
 from __future__ import annotations
@@ -29,18 +29,30 @@ class SweepError(ScenarioError):
 
 
 class SweepSpec(BaseModel):
-    """Everything a sweep file may hold (see the "Sweep files" section of scenarios/REFERENCE.md)."""
+    """Everything a sweep file may hold (the "Sweep files" section of docs/reference/scenario.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str | None = None
-    description: str = ""
-    scenario: str | None = None
-    methods: list[str] | None = Field(None, min_length=1)
-    seeds: list[int] | None = Field(None, min_length=1)
-    overrides: dict[str, Any] = Field(default_factory=dict, alias="set")
-    # one method's own overrides (a paper's setting for one baseline), on top of ``set``
-    method_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="method_set")
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    name: str | None = Field(None, description=(
+        "Label of the sweep: the default `--out` (`runs/<name>`) and plot titles; null: the file's name without "
+        "`.yaml`."))
+    description: str = Field("", description="Free text about the sweep.")
+    scenario: str | None = Field(None, description=(
+        "The base scenario, relative to the sweep file's folder; null: the embedded quickstart."))
+    methods: list[str] | None = Field(None, min_length=1, description=(
+        "One run per method (a method keeps only the scenario's `algorithm` options it knows); null: the scenario's "
+        "`algorithm.name`."))
+    seeds: list[int] | None = Field(None, min_length=1, description=(
+        "One run per seed; summaries give the mean, standard deviation and 95 % interval over seeds. null: the "
+        "scenario's `seed`."))
+    overrides: dict[str, Any] = Field(default_factory=dict, alias="set", description=(
+        "Overrides for every run, `key.sub: value`, as `--set key.sub=value` (values are YAML)."))
+    method_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="method_set", description=(
+        "Overrides for one method's runs only, `method: {key.sub: value}`, on top of `set`: a paper's setting for one"
+        " baseline that another method with the same option must not get. Each method must be one of `methods` and "
+        "have each `algorithm.*` option; a key `grid` sweeps cannot be fixed here."))
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description=(
+        "The swept keys, `key.sub: [values]`; the grid is their cartesian product. `seed` and `algorithm.name` are "
+        "not allowed here (use `seeds` and `methods`)."))
 
     @field_validator("methods", "seeds")
     @classmethod

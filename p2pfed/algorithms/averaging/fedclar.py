@@ -30,9 +30,15 @@ from p2pfed.learning.regularisers import snapshot
 
 
 class FedClarOptions(GossipAvgOptions):
-    cluster_round: int | None = Field(None, ge=0, description="round of the clustering; default half the rounds")
-    threshold: float = Field(0.5, gt=0, le=2, description="cosine distance that cuts the dendrogram")
-    fine_tune_rounds: int = Field(1, ge=0, description="final rounds of local fine-tuning")
+    cluster_round: int | None = Field(None, ge=0, description=(
+        "The round whose model updates (sent once, with the model) are clustered; a device clusters at its next "
+        "fusion and from then on averages only with the neighbours in its cluster. At most `rounds - fine_tune_rounds"
+        " - 2`; null: half of `rounds`."))
+    threshold: float = Field(0.5, gt=0, le=2, description=(
+        "The cosine distance at which average-linkage agglomerative clustering of the device's and its neighbours' "
+        "updates stops merging. The FedSub journal's value is not known; set it per run."))
+    fine_tune_rounds: int = Field(1, ge=0, description=(
+        "The last rounds, in which a device neither sends nor averages and trains alone."))
 
     @model_validator(mode="after")
     def _room_to_cluster(self, info: ValidationInfo) -> FedClarOptions:

@@ -35,11 +35,17 @@ from p2pfed.learning.model import feature_dim, head_of
 
 
 class FedHomeOptions(GossipAvgOptions):
-    fine_tune_rounds: int = Field(10, ge=0, description="final rounds of local fine-tuning")
-    smote_k: int = Field(5, ge=1, description="SMOTE's k nearest neighbours")
-    balance: Literal["representation", "input"] = Field(
-        "representation", description="SMOTE on the frozen body's representations and train the head "
-                                       "(the reference), or on raw inputs and train the whole model")
+    fine_tune_rounds: int = Field(10, ge=0, description=(
+        "The last rounds, in which a device neither sends nor averages and fine-tunes alone on its SMOTE-balanced set"
+        " (see `balance`); at least `rounds` means it never communicates. The FedSub journal starts the fine-tune 50 "
+        "rounds before the end of 300; the default is shorter so that short runs still communicate."))
+    smote_k: int = Field(5, ge=1, description=(
+        "SMOTE's nearest neighbours, lowered to a device's smallest class size - 1; classes a device lacks stay "
+        "absent."))
+    balance: Literal["representation", "input"] = Field("representation", description=(
+        "`representation`: as the reference implementation, the training data pass through the frozen body, SMOTE "
+        "balances those representations and only the head trains on them; `input`: SMOTE on the raw inputs, and the "
+        "whole model fine-tuned."))
 
 
 @register

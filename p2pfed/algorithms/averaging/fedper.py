@@ -29,7 +29,10 @@ from p2pfed.learning.regularisers import snapshot
 
 
 class FedPerOptions(GossipAvgOptions):
-    head_layers: int = Field(1, ge=1, description="last layers kept local (the head); the MLP only")
+    head_layers: int = Field(1, ge=1, description=(
+        "The last layers, kept local (the head); the others (the body) are sent and averaged, and at least one body "
+        "layer must remain. It counts the MLP's layers; another model keeps its `head` module local (leave this at "
+        "1)."))
 
     @model_validator(mode="after")
     def _body_left(self, info: ValidationInfo) -> FedPerOptions:

@@ -19,7 +19,8 @@ from p2pfed.learning.training import ExtraLoss
 
 
 class FedRepOptions(FedPerOptions):
-    head_epochs: int = Field(10, ge=1, description="epochs on the head before the body")
+    head_epochs: int = Field(10, ge=1, description=(
+        "Epochs on the head (body frozen) before `training.epochs` on the body (head frozen), every round."))
 
 
 FedRepOptionsT = TypeVar("FedRepOptionsT", bound=FedRepOptions, default=FedRepOptions, covariant=True)

@@ -28,8 +28,12 @@ from p2pfed.learning.training import ExtraLoss
 
 
 class ProtoHAROptions(FedRepOptions, PrototypeOptions):
-    head_epochs: int = Field(1, ge=1, description="epochs on the head before the body (reference plocal_steps)")
-    proto_weight: float = Field(0.1, ge=0, description="weight of the prototype pull (reference lamda)")
+    head_epochs: int = Field(1, ge=1, description=(
+        "Epochs on the head (body frozen) before `training.epochs` on the body, every round (the reference code's "
+        "`--plocal_steps`)."))
+    proto_weight: float = Field(0.1, ge=0, description=(
+        "Weight of the MSE between a sample's feature and the neighbourhood-averaged prototype of its class (the "
+        "reference code's `--lamda`)."))
 
 
 @register

@@ -25,7 +25,8 @@ from p2pfed.learning.training import ExtraLoss
 
 
 class PrototypeOptions(Options):
-    proto_weight: float = Field(1.0, ge=0, description="weight of the prototype pull")
+    proto_weight: float = Field(1.0, ge=0, description=(
+        "Weight of the MSE between a sample's feature and the neighbourhood-averaged prototype of its class."))
 
 
 Entry = tuple[np.ndarray, np.ndarray, np.ndarray]  # classes, prototypes, counts

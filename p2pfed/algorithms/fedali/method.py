@@ -49,16 +49,21 @@ PROTOTYPES = "local_prototypes"   # the payload tensor with the sender's local p
 
 
 class FedAliOptions(Options):
-    prototypes: int = Field(64, ge=1, description="G, prototypes per set (local and global)")
-    beta: float = Field(0.2, ge=0, le=1, description="weight of the matched prototype in x̂ (Eq. 7)")
-    gamma: float = Field(0.999, ge=0, le=1, description="EMA decay of the local prototypes (Eq. 5), "
-                         "applied at every training batch (App. A; 0.999: Sec. 5.1)")
-    epsilon: float = Field(0.05, gt=0, description="Sinkhorn entropic regularisation (Eq. 4)")
-    sinkhorn_iterations: int = Field(3, ge=1, description="Sinkhorn-Knopp sweeps (Sec. 3.1)")
-    reset_local: bool = Field(True, description="local prototypes restart from the global ones when the "
-                              "training after a fusion starts (Sec. 4); inference until then uses the personal ones")
-    hidden_layer: int | None = Field(None, ge=1, description="hidden layer whose output is aligned "
-                                     "(1 = first); default the last, the embedding the head reads")
+    prototypes: int = Field(64, ge=1, description="G, the number of local and of global prototypes (Sec. 3.1).")
+    beta: float = Field(0.2, ge=0, le=1, description=(
+        "Beta of Eq. 7, the weight of the matched prototype in the layer's output, beta * GLU(matched) + (1 - beta) *"
+        " x."))
+    gamma: float = Field(0.999, ge=0, le=1, description=(
+        "Gamma of Eq. 5, the EMA decay of the local prototypes, applied at every training batch (App. A)."))
+    epsilon: float = Field(0.05, gt=0, description="Epsilon of Eq. 4, the Sinkhorn entropic regularisation.")
+    sinkhorn_iterations: int = Field(3, ge=1, description="Sinkhorn-Knopp sweeps (rows, then columns) of Eq. 4.")
+    reset_local: bool = Field(True, description=(
+        "The local prototypes restart from the new global ones when the first training after a fusion starts (Sec. "
+        "4); until then the model aligns to the personal prototypes its last training left. false: they are never "
+        "reset."))
+    hidden_layer: int | None = Field(None, ge=1, description=(
+        "The hidden layer whose ReLU output is aligned, 1 = first (the MLP only); null: the last, the embedding the "
+        "head reads."))
 
     @model_validator(mode="after")
     def _layer_exists(self, info: ValidationInfo) -> FedAliOptions:

@@ -58,7 +58,9 @@ PHASES = ("warmup", "full")
 
 
 class WarmupOptions(UnitOptions):
-    warmup_rounds: int | None = Field(None, ge=0, description="W, warmup rounds; default a quarter of the rounds")
+    warmup_rounds: int | None = Field(None, ge=0, description=(
+        "W, rounds of subnetwork training before full-model averaging (at most `rounds` - 1); null: a quarter of "
+        "`rounds`."))
 
     @model_validator(mode="after")
     def _warmup_fits(self, info: ValidationInfo) -> WarmupOptions:
@@ -74,14 +76,21 @@ class WarmupOptions(UnitOptions):
 
 
 class FedPeWSFixedOptions(WarmupOptions):
-    groups: int = Field(2, ge=1, description="predefined subnetworks; device i gets number i mod groups")
-    shared_fraction: float = Field(0.1, ge=0, lt=1, description="units every subnetwork keeps")
+    groups: int = Field(2, ge=1, description=(
+        "Number of predefined subnetworks; device i gets subnetwork i mod `groups`, so order the devices so that "
+        "those with alike data share a residue."))
+    shared_fraction: float = Field(0.1, ge=0, lt=1, description=(
+        "Fraction of each hidden layer (its first units) that every subnetwork keeps; the other units are split into "
+        "`groups` contiguous, disjoint blocks."))
 
 
 class FedPeWSOptions(WarmupOptions):
-    lam: float = Field(0.01, description="λ of L_s; > 0 pushes σ(s) away from the neighbours' (poster's sign)")
-    score_lr: float = Field(100.0, gt=0, description="η_s, learning rate of the scores")
-    init_prob: float = Field(0.5, gt=0, lt=1, description="σ(s) every unit starts from")
+    lam: float = Field(0.01, description=(
+        "Lambda of Procedure I, with the poster's sign: above 0 pushes the unit probabilities away from the "
+        "neighbours' mean (toward unlike subnetworks), below 0 pulls them toward it, 0 drops the term."))
+    score_lr: float = Field(100.0, gt=0, description=(
+        "The learning rate of the neuron scores (plain gradient steps); the weights use `training.lr`."))
+    init_prob: float = Field(0.5, gt=0, lt=1, description="The probability sigmoid(score) every unit starts from.")
 
 
 # -- the subnetwork on the wire ------------------------------------------------------------------

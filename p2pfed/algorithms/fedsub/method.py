@@ -80,33 +80,71 @@ __all__ = ["PARTS", "STAT_COUNTERS", "Artifacts", "ClassPrototypes", "FedSub", "
 
 
 class FedSubOptions(UnitOptions, RobustOptions):
-    extraction: str = Field("naive", description="subnetwork extraction rule")
-    fusion: Literal["overlap", "cluster-avg", "leadership"] = "overlap"
-    score: Literal["equal", "size", "accuracy", "size-accuracy"] = "equal"
-    depth: Literal["full", "partial"] = "full"
-    shared_layers: int = Field(2, ge=1, description="layers fused when depth is partial")
-    prototypes: Literal["input", "embedding"] = Field(
-        "input", description="class means of the input data (papers) or of the penultimate features")
-    k_rule: Literal["min-size", "half", "literal"] = Field(
-        "min-size", description="which DBI partitions may win (see clustering.choose_k_by_dbi_many)")
-    max_k: int | None = Field(None, ge=2, description="upper bound of the K sweep")
-    kmeans_n_init: int = Field(4, ge=1)
-    min_cluster_size: int = Field(2, ge=1, description="smallest cluster the min-size rule accepts")
-    exchange: Literal["broadcast", "two-phase"] = Field(
-        "broadcast", description="send everything to all, or prototypes first and subnetworks on request")
-    cache_max_age_s: float | None = Field(None, gt=0, description="drop cached artifacts older than this")
-    predict_missing: bool = Field(False, description="predict absent prototypes (ubiquitous Alg. 3)")
-    predict_neighbors: int = Field(3, ge=1, description="n most similar members in Eq. 2")
-    predict_for: Literal["all", "own"] = Field(
-        "all", description="classes a device predicts its own prototype for: every class a peer holds "
-                           "(Alg. 3 as written) or only its own training classes hidden for now (dynamic data)")
-    proto_outliers: Literal["none", "trim"] = Field(
-        "none", description="leave prototypes far from all others out of each class's clustering (outliers.py)")
-    proto_outlier_factor: float = Field(3.0, gt=0, description="trim: times the median nearest-neighbour distance")
-    proto_noise: Literal["none", "gaussian", "laplace"] = "none"
-    proto_noise_sigma: float | None = Field(None, gt=0, description="gaussian noise std")
-    proto_noise_epsilon: float | None = Field(None, gt=0, description="laplace privacy budget")
-    proto_noise_sensitivity: float = Field(1.0, gt=0, description="laplace L1 sensitivity")
+    extraction: str = Field("naive", description=(
+        "Subnetwork rule, one of `naive`, `lrp-a1b0`, `lrp-a2b1`: `naive` keeps the units with positive mean "
+        "activation on the class (Eq. 2; a channel's activation is its mean over positions); `lrp-*` keep the units "
+        "with positive mean layer-wise relevance (Eq. 3-5, the alpha-beta rule with alpha = 1, beta = 0 or alpha = 2,"
+        " beta = 1)."))
+    fusion: Literal["overlap", "cluster-avg", "leadership"] = Field("overlap", description=(
+        "Class fusion rule: `overlap`, Overlapping Components (Eq. 9-10); `cluster-avg`, the cluster average (Eq. "
+        "6-7), each parameter over the members whose subnetwork holds it; `leadership`, cluster leadership (Eq. 8), "
+        "the subnetwork of the highest `score`."))
+    score: Literal["equal", "size", "accuracy", "size-accuracy"] = Field("equal", description=(
+        "Reliability score per class: 1 (`equal`), the class's sample count (`size`), the training accuracy on the "
+        "class (`accuracy`), or their product (`size-accuracy`); normalised by the cluster maximum. With `equal` "
+        "every score ties, so leadership takes the lowest id."))
+    depth: Literal["full", "partial"] = Field("full", description=(
+        "`full`: every layer is fused; `partial`: only the first `shared_layers` layers, the rest stay local."))
+    shared_layers: int = Field(2, ge=1, description=(
+        "Layers fused when `depth` is `partial` (a CNN's conv blocks count as layers)."))
+    prototypes: Literal["input", "embedding"] = Field("input", description=(
+        "What a class prototype is: `input`, the class mean of the device's input data (the papers), computed once "
+        "per local dataset and again only when the data change; `embedding`, the mean penultimate-layer feature of "
+        "the current model, recomputed every round."))
+    k_rule: Literal["min-size", "half", "literal"] = Field("min-size", description=(
+        "Which K of the Davies-Bouldin sweep (K-means for K = 2..n-1) may win: `min-size`, the lowest index among "
+        "partitions whose clusters all have at least `min_cluster_size` members (one cluster when there is none); "
+        "`half`, K <= n/2 (one cluster when n <= 3); `literal`, the lowest index over every K, as the journal's text "
+        "states, which on real prototypes tends to pick singleton clusters."))
+    max_k: int | None = Field(None, ge=2, description="Upper bound of the K sweep; null: n - 1.")
+    kmeans_n_init: int = Field(4, ge=1, description="K-means restarts per K.")
+    min_cluster_size: int = Field(2, ge=1, description=(
+        "Smallest cluster the `min-size` rule accepts (the other rules ignore it). A small value suits sparse graphs "
+        "and contacts; on dense graphs a larger one, about a fifth of the prototypes a device clusters, fits better."))
+    exchange: Literal["broadcast", "two-phase"] = Field("broadcast", description=(
+        "`broadcast`: prototypes and every class subnetwork to every neighbour; `two-phase`: prototypes and requests "
+        "first, then each peer that asked gets only the subnetworks of the classes it requested (fewer bytes; "
+        "parameters lag one round more at the start)."))
+    cache_max_age_s: float | None = Field(None, gt=0, description=(
+        "Drop cached peer artifacts older than this many simulated seconds; null: keep them."))
+    predict_missing: bool = Field(False, description=(
+        "Missing-prototype prediction (ubiquitous paper, Alg. 3): before clustering, every member of the device's "
+        "view gets a predicted prototype for each class it lacks, the similarity-weighted mean of the prototypes of "
+        "its `predict_neighbors` most similar members; the device then also fuses, for a class it has no data for, "
+        "its cluster-mates' subnetworks."))
+    predict_neighbors: int = Field(3, ge=1, description=(
+        "n, the most similar members that vote in a prediction (Eq. 2)."))
+    predict_for: Literal["all", "own"] = Field("all", description=(
+        "The classes a device predicts its own prototype for: `all`, every class a peer holds (Alg. 3 as written); "
+        "`own`, only its own training classes hidden for now (dynamic data). Peers' predicted prototypes are the same"
+        " under both."))
+    proto_outliers: Literal["none", "trim"] = Field("none", description=(
+        "`trim`: leave out of each class's clustering the peers whose prototype is farther from its nearest other "
+        "prototype than `proto_outlier_factor` times the median such distance (the device's own always stays); "
+        "`none`: cluster every prototype."))
+    proto_outlier_factor: float = Field(3.0, gt=0, description=(
+        "`trim`'s threshold, in multiples of the median nearest-neighbour distance."))
+    proto_noise: Literal["none", "gaussian", "laplace"] = Field("none", description=(
+        "Noise added to the prototypes a device sends (journal Sec. 3.3), drawn once per prototype computation; its "
+        "own clustering uses its clean prototypes. `none`: no noise."))
+    proto_noise_sigma: float | None = Field(None, gt=0, description=(
+        "`gaussian`: the per-coordinate standard deviation (required with it, refused otherwise)."))
+    proto_noise_epsilon: float | None = Field(None, gt=0, description=(
+        "`laplace`: the privacy budget epsilon; the per-coordinate scale is `proto_noise_sensitivity` / epsilon "
+        "(required with it, refused otherwise)."))
+    proto_noise_sensitivity: float = Field(1.0, gt=0, description=(
+        "`laplace`: the L1 sensitivity of a prototype. Features are not clipped, so epsilon is a differential-privacy"
+        " guarantee only if this bound holds for your data."))
 
     @field_validator("extraction")
     @classmethod

@@ -75,13 +75,20 @@ from p2pfed.learning.training import train_epochs
 
 
 class SaflOptions(UnitOptions, RobustOptions):
-    clusters: int = Field(2, ge=1, le=64, description="K, the number of cluster identities")
-    target_rate: float = Field(0.3, ge=0, lt=1, description="pruning rate at the end of stage one")
-    rate_step: float = Field(0.1, gt=0, le=1, description="increase of r_t per step")
-    rounds_per_rate: int = Field(1, ge=1, description="rounds spent at each rate of the schedule")
-    lam: float = Field(1e-4, ge=0, description="λ, weight of the L1 sparsity of the factors")
-    mu: float = Field(0.004, ge=0, description="μ, weight of the L1 pull toward the cluster's factors")
-    fine_tune_epochs: int = Field(1, ge=0, description="τ, epochs of fine-tuning after each pruning")
+    clusters: int = Field(2, ge=1, le=64, description="K, the number of cluster identities (Alg. 1 input K).")
+    target_rate: float = Field(0.3, ge=0, lt=1, description=(
+        "The pruning rate reached at the end of stage one: the fraction of hidden units pruned."))
+    rate_step: float = Field(0.1, gt=0, le=1, description=(
+        "The pruning rate rises by this per step, from 0 to `target_rate`."))
+    rounds_per_rate: int = Field(1, ge=1, description=(
+        "Rounds spent at each rate; stage one lasts (steps + 1) times this, which must fit in `rounds`."))
+    lam: float = Field(1e-4, ge=0, description=(
+        "Lambda, the weight of the L1 sparsity of the scaling factors in the guided loss (Sec. III-B3)."))
+    mu: float = Field(0.004, ge=0, description=(
+        "Mu, the weight of the L1 pull of the scaling factors toward the chosen cluster's (Sec. III-B3); 0 turns the "
+        "guidance off."))
+    fine_tune_epochs: int = Field(1, ge=0, description=(
+        "Tau, epochs of fine-tuning the pruned model after each pruning (Alg. 1 l.9)."))
 
     @model_validator(mode="after")
     def _stage_one_fits(self, info: ValidationInfo) -> SaflOptions:
