@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2pfed.peer.config import Neighbour, OwnData, PeerConfig
 from p2pfed.peer.data import DataFileError, load_own_data
 
 
@@ -29,9 +28,3 @@ def test_own_npz_and_csv_data_fit_the_model_or_fail_naming_the_file(tmp_path):
     np.savez(npz, x_train=np.array([object()], dtype=object))
     with pytest.raises(DataFileError, match="mine.npz"):
         load_own_data(npz, 5, num_features=16, num_classes=4, test_fraction=0.2, seed=0)
-
-
-def test_every_peer_file_key_is_documented(repo_root):
-    doc = (repo_root / "scenarios" / "REFERENCE.md").read_text()
-    keys = [*PeerConfig.model_fields, *Neighbour.model_fields, *OwnData.model_fields]
-    assert not [k for k in keys if f"`{k}`" not in doc]

@@ -7,7 +7,6 @@ import pytest
 
 from p2pfed.cli.main import main
 from p2pfed.scenario.loader import ScenarioError, embedded_default_text, load_scenario
-from p2pfed.scenario.schema import Scenario
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
@@ -80,22 +79,3 @@ def test_missing_scenario_file_is_one_line(tmp_path):
 def test_embedded_default_is_the_quickstart(repo_root):
     assert embedded_default_text() == (repo_root / "scenarios" / "quickstart.yaml").read_text()
     assert load_scenario(None).scenario.name == "quickstart"
-
-
-def test_reference_documents_every_field(repo_root):
-    from p2pfed.algorithms import ALGORITHMS
-
-    doc = (repo_root / "scenarios" / "REFERENCE.md").read_text()
-
-    def fields(model, prefix=""):
-        for name, info in model.model_fields.items():
-            sub = info.annotation
-            if isinstance(sub, type) and hasattr(sub, "model_fields"):
-                yield from fields(sub, f"{prefix}{name}.")
-            else:
-                yield f"{prefix}{name}"
-
-    missing = [f for f in fields(Scenario) if f"`{f.split('.', 1)[-1]}`" not in doc]
-    for cls in ALGORITHMS.values():
-        missing += [f"algorithm.{f}" for f in cls.Options.model_fields if f"`{f}`" not in doc]
-    assert not missing, f"fields missing from scenarios/REFERENCE.md: {missing}"

@@ -210,6 +210,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if bad else 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from p2pfed.scenario.fields import UnknownField, explain_text, explained
+
+    try:
+        docs = explained(args.field)
+    except UnknownField as exc:
+        print(f"p2pfed explain: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("\n\n".join(explain_text(doc) for doc in docs))
+    return 0
+
+
 def cmd_peer(args: argparse.Namespace) -> int:
     from p2pfed.peer.entry import run_peer
 
@@ -323,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="p2pfed", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_simulation_commands(sub)   # run, compare, validate
+    _add_simulation_commands(sub)   # run, compare, validate, explain
     _add_peer_commands(sub)         # peer, launch
     _add_host_commands(sub)         # plan, merge, keys
     add_sweep_commands(sub)  # sweep, report
@@ -355,9 +367,17 @@ def _add_simulation_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("validate", help="check scenario files without running them")
     p.add_argument("scenarios", nargs="+", help="scenario YAML files")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE",
+                   help="override a scenario field of every file (repeatable)")
     p.add_argument("--launch", action="store_true", help="also check what real peers (launch) need")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("explain", help="print a scenario field's type, allowed values, default and description")
+    p.add_argument("field", metavar="FIELD",
+                   help="a dotted scenario key, e.g. contacts.protocol; a section (contacts) lists its fields; a "
+                        "method's option is algorithm.METHOD.OPTION, e.g. algorithm.fedsub.extraction "
+                        "(algorithm.OPTION: that option of every method that has it)")
+    p.set_defaults(func=cmd_explain)
 
 
 def _add_peer_commands(sub: argparse._SubParsersAction) -> None:

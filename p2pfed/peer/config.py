@@ -54,7 +54,7 @@ class Neighbour(_Section):
     id: int = Field(ge=0, description=(
         "The neighbour's device id; with CURVE, its messages must come with this peer's key."))
     endpoint: str = Field(description="`tcp://host:port` where the neighbour listens (port 1..65535).")
-    public_key: str | None = Field(None, description=(
+    public_key: str | None = Field(default=None, description=(
         "The neighbour's `.key` file (required unless `--insecure`); only these keys are accepted, and each is "
         "checked (40 Z85 characters) when the peer file is loaded."))
 
@@ -68,45 +68,45 @@ class OwnData(_Section):
     path: str = Field(description=(
         "A `.npz` with `x_train`, `y_train`, `x_test`, `y_test` (read without pickle), or a `.csv` with numeric "
         "feature columns and an integer label last (a header row is skipped; a bad row is reported as `file:line`)."))
-    test_fraction: float = Field(0.2, gt=0, lt=1, description="CSV only: the stratified held-out share.")
+    test_fraction: float = Field(default=0.2, gt=0, lt=1, description="CSV only: the stratified held-out share.")
 
 
 class PeerConfig(_Section):
     id: int = Field(ge=0, description=(
         "This peer's device id: its sender id on the wire, and which device of the scenario's dataset it trains on."))
-    scenario: str | None = Field(None, description="The scenario file; null: the embedded quickstart.")
+    scenario: str | None = Field(default=None, description="The scenario file; null: the embedded quickstart.")
     overrides: list[str] = Field(default_factory=list, description=(
         "`key.sub=value` overrides applied to the scenario, as `--set` does."))
-    seed: int | None = Field(None, description="Overrides the scenario's seed; null: the scenario's.")
+    seed: int | None = Field(default=None, description="Overrides the scenario's seed; null: the scenario's.")
     listen: str = Field(description=(
         "The endpoint this peer binds, `tcp://host:port` (e.g. `tcp://0.0.0.0:5555`; port 1..65535)."))
     neighbours: list[Neighbour] = Field(default_factory=list, description=(
         "The peers it sends to and accepts from (see the entries below)."))
-    secret_key: str | None = Field(None, description=(
+    secret_key: str | None = Field(default=None, description=(
         "This peer's `.key_secret` file from `p2pfed keys` (required unless `--insecure`); read when the peer file is"
         " loaded, its keys must be 40 Z85 characters."))
-    data: OwnData | None = Field(None, description=(
+    data: OwnData | None = Field(default=None, description=(
         "The peer's own data instead of the scenario's device `id` (see below); null: the scenario's."))
-    out: str = Field("peer-out", description=(
+    out: str = Field(default="peer-out", description=(
         "Folder for `checkpoint.pt`, `peer.json` and the peer's results files; must be a folder (or creatable) and "
         "writable."))
-    start_timeout_s: float = Field(120.0, gt=0, description=(
+    start_timeout_s: float = Field(default=120.0, gt=0, description=(
         "Round 0 of a fresh start: how long, in seconds, to wait for the neighbours to come up."))
-    round_timeout_s: float = Field(30.0, gt=0, description=(
+    round_timeout_s: float = Field(default=30.0, gt=0, description=(
         "Later rounds (and after a restart): how long, in seconds, to wait for a neighbour's artifacts; a neighbour "
         "that misses it is not waited for again until it sends."))
-    round_period_s: float = Field(0.0, ge=0, description=(
+    round_period_s: float = Field(default=0.0, ge=0, description=(
         "Rounds on a wall-clock grid of this period in seconds (0: as fast as the neighbours allow); a round that "
         "overruns leaves the next one less time, as in the simulator."))
-    max_bad_messages: int = Field(20, ge=1, description=(
+    max_bad_messages: int = Field(default=20, ge=1, description=(
         "Bad messages tolerated from one peer; after that it is disconnected and ignored."))
-    start_time: float | None = Field(None, description=(
+    start_time: float | None = Field(default=None, description=(
         "The unix time elapsed times (`sim_time_s` in `rounds.csv`) count from; null: the peer's first start. Over "
         "contacts: the instant of simulated time 0, the same on every peer (`launch` sets it a few seconds ahead; "
         "`plan --start-at`)."))
-    speedup: float = Field(1.0, gt=0, description=(
+    speedup: float = Field(default=1.0, gt=0, description=(
         "Over contacts: simulated seconds per wall-clock second (simulated time t is at `start_time + t / speedup`)."))
-    shared_grid: bool = Field(False, description=(
+    shared_grid: bool = Field(default=False, description=(
         "With `round_period_s` and `start_time`: round r ends at `start_time + (r + 1) x round_period_s` on every "
         "peer, which then fuses what arrived and waits for no neighbour, as the simulator's rounds do; a later "
         "artifact is fused a round later and counted late."))

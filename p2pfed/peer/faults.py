@@ -67,9 +67,9 @@ class Kill(_Section):
 
 
 class Faults(_Section):
-    slow: list[SlowLink] = Field([], description="Slow links.")
-    partitions: list[Partition] = Field([], description="Network partitions, each for a span of rounds.")
-    kill: list[Kill] = Field([], description="Peers killed.")
+    slow: list[SlowLink] = Field(default=[], description="Slow links.")
+    partitions: list[Partition] = Field(default=[], description="Network partitions, each for a span of rounds.")
+    kill: list[Kill] = Field(default=[], description="Peers killed.")
 
     def peers(self) -> set[int]:
         return ({p for s in self.slow for p in s.link} | {p for x in self.partitions for g in x.groups for p in g}

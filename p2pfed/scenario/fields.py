@@ -14,7 +14,7 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import annotated_types as at
@@ -33,7 +33,7 @@ class FieldDoc:
     (a section, a list of entries, or a union with one), None for a plain value."""
 
     path: str
-    type: str
+    type_name: str
     allowed: tuple[str, ...]
     bounds: str
     default: str
@@ -79,11 +79,12 @@ def type_text(annotation: Any) -> tuple[str, tuple[str, ...]]:
         parts = [type_text(arg) for arg in typing.get_args(annotation)]
         words = list(dict.fromkeys(p[0] for p in parts if p[0] != "null"))
         words += ["null"] if any(p[0] == "null" for p in parts) else []
-        return " or ".join(words), tuple(v for p in parts for v in p[1])
+        return " or ".join(words), tuple(dict.fromkeys(v for p in parts for v in p[1]))
     if origin in (list, tuple):
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
         item, values = type_text(args[0]) if args else ("any", ())
-        return (f"list of ({item})" if " or " in item else f"list of {item}"), values
+        listed = "entries" if item == "section" else f"({item})" if " or " in item else item
+        return f"list of {listed}", values
     if origin is dict:
         return "mapping", ()
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -116,8 +117,10 @@ def bounds_text(info: FieldInfo) -> str:
     else:
         text = high
     if sizes:
-        lo, hi = sizes.get("min"), sizes.get("max")
-        count = f"{lo} items" if lo == hi else f"at least {lo} items" if hi is None else f"at most {hi} items"
+        lo, hi = sizes.get("min", 0), sizes.get("max")
+        unit = "characters" if info.annotation is str else "items"
+        count = (f"exactly {lo} {unit}" if lo == hi else "not empty" if lo == 1 and hi is None
+                 else f"at least {lo} {unit}" if hi is None else f"{lo} to {hi} {unit}")
         text = f"{text}; {count}" if text else count
     return text
 
@@ -152,8 +155,15 @@ def walk(model: type[BaseModel], prefix: str = "") -> Iterator[FieldDoc]:
 
 
 def method_options(method: str) -> list[FieldDoc]:
-    """A shipped method's options, named ``algorithm.<method>.<option>``."""
-    return model_fields(ALGORITHMS[method].Options, f"{METHODS_PREFIX}.{method}.")
+    """A shipped method's options, named ``algorithm.<method>.<option>``: its own first, then
+    those it inherits (the robust combination many methods share)."""
+    options = ALGORITHMS[method].Options
+    mro = options.__mro__
+
+    def nearest(doc: FieldDoc) -> int:
+        key = doc.path.rsplit(".", 1)[-1]
+        return next(i for i, c in enumerate(mro) if key in getattr(c, "__annotations__", {}))
+    return sorted(model_fields(options, f"{METHODS_PREFIX}.{method}."), key=nearest)
 
 
 def scenario_fields() -> dict[str, FieldDoc]:
@@ -181,25 +191,36 @@ def explained(name: str) -> list[FieldDoc]:
     sections = {d.path.rsplit(".", 1)[0] for d in docs.values() if "." in d.path}
     found = [docs[name]] if name in docs else []
     if name in sections:
-        found += [d for path, d in docs.items() if path.rsplit(".", 1)[0] == name]
+        found += [d for path, d in docs.items() if "." in path and path.rsplit(".", 1)[0] == name]
     head, _, option = name.partition(".")
     if not found and head == METHODS_PREFIX and "." not in option:
-        found = [doc for method in sorted(ALGORITHMS) for doc in method_options(method)
-                 if doc.path.endswith(f".{option}")]
+        found = _in_every_method(option)
     if found:
         return found
     names = [*docs, *sections]
     raise UnknownField(name, difflib.get_close_matches(name, names, n=3, cutoff=0.6))
 
 
+def _in_every_method(option: str) -> list[FieldDoc]:
+    """``option`` in every shipped method that has it, one entry per distinct meaning, its path
+    naming the methods that share it."""
+    groups: dict[FieldDoc, list[str]] = {}
+    for method in sorted(ALGORITHMS):
+        for doc in method_options(method):
+            if doc.path.endswith(f".{option}"):
+                groups.setdefault(replace(doc, path=option), []).append(method)
+    return [replace(doc, path=f"{METHODS_PREFIX}.{option} ({', '.join(names)})") for doc, names in groups.items()]
+
+
 def explain_text(doc: FieldDoc) -> str:
     """One field as ``p2pfed explain`` prints it."""
-    lines = [doc.path, f"  type:    {doc.type}"]
+    lines = [doc.path, f"  type:    {doc.type_name}"]
     if doc.allowed:
         lines.append(f"  allowed: {', '.join(doc.allowed)}")
     if doc.bounds:
         lines.append(f"  bounds:  {doc.bounds}")
     if doc.default:
         lines.append(f"  default: {doc.default}")
-    wrapped = textwrap.wrap(doc.description, width=96, initial_indent="  ", subsequent_indent="  ")
+    wrapped = textwrap.wrap(doc.description, width=96, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False)
     return "\n".join([*lines, *wrapped])

@@ -46,7 +46,7 @@ class SyntheticSection(Section):
         "Each device holds this many random classes (at most `num_classes`); null: every class."))
     separation: float = Field(default=4.0, gt=0, description="Distance scale between the group means.")
     noise: float = Field(default=1.0, gt=0, description="Standard deviation within a group.")
-    shared_groups: bool = Field(False, description=(
+    shared_groups: bool = Field(default=False, description=(
         "One latent group per device for all its classes (user types: the same devices are alike in every class), "
         "instead of one grouping per class."))
 
@@ -61,7 +61,7 @@ class SyntheticSection(Section):
 class PartitionSection(Section):
     """How a central dataset is split across devices (``files`` and ``digits``)."""
 
-    kind: Literal["natural", "iid", "dirichlet", "shards", "quantity"] = Field("natural", description=(
+    kind: Literal["natural", "iid", "dirichlet", "shards", "quantity"] = Field(default="natural", description=(
         "How samples become devices. `natural`: the data's own devices (`device_column`, or one `.npz` file per "
         "device; the only kind for `wisdm`, `wisdm-raw` and `synthetic`, refused for `digits`). The others pool every"
         " sample and draw `num_devices` devices from the scenario's seed: `iid`, equal random parts; `dirichlet`, "
@@ -84,12 +84,12 @@ class PartitionSection(Section):
 
 
 class DatasetSection(Section):
-    name: Literal["wisdm", "wisdm-raw", "synthetic", "digits", "files"] = Field("wisdm", description=(
+    name: Literal["wisdm", "wisdm-raw", "synthetic", "digits", "files"] = Field(default="wisdm", description=(
         "`wisdm`: the packaged WISDM v1.1 transformed file, one device per user (36); `wisdm-raw`: a raw 20 Hz WISDM "
         "file you supply (`path`), windowed as FedSub does (1 s windows, mean of 3 axes); `synthetic`: generated data"
         " with planted per-class groups (`synthetic`); `digits`: scikit-learn's bundled handwritten digits (8x8 "
         "images, 10 classes), split into devices by `partition`; `files`: your own data (`path`)."))
-    path: str | None = Field(None, description=(
+    path: str | None = Field(default=None, description=(
         "`wisdm`: an alternative ARFF or npz file (null: the packaged one); `wisdm-raw`: the raw file (required); "
         "`files`: one `.csv`, `.parquet` or `.npz` file, or a folder of per-device `.npz` files (required). Relative "
         "to the scenario file's folder."))
@@ -100,17 +100,17 @@ class DatasetSection(Section):
         " the test set and the classes a device holds stay the same at every fraction, so it shows how much "
         "collaboration helps when devices hold less data. 1: all of them. A real peer's own `data.path` file is used "
         "whole."))
-    scaling: Literal["device", "federation", "none"] = Field("device", description=(
+    scaling: Literal["device", "federation", "none"] = Field(default="device", description=(
         "Feature standardisation. `device`: each device with its own training statistics (no test leakage); "
         "`federation`: every device with the mean and variance of all devices' training splits pooled, a federated "
         "mean and variance that test splits never enter; `none`: features as they are. Missing values are imputed "
         "with the device's own training mean under every option. Unused by `synthetic`."))
-    users: list[int] | None = Field(None, description=(
+    users: list[int] | None = Field(default=None, description=(
         "WISDM user ids to keep, one device each, in ascending id order; null: every user."))
     features: list[str] | None = Field(default=None, min_length=1, description=(
         "`wisdm`: the feature columns kept, in this order, by their names in the file (`[XAVG, YAVG, ZAVG]` gives the"
         " FedSub journal's 3 inputs); an unknown name is an error listing the file's names. null: every column."))
-    synthetic: SyntheticSection = Field(SyntheticSection(), description="How `synthetic` data is generated.")
+    synthetic: SyntheticSection = Field(default=SyntheticSection(), description="How `synthetic` data is generated.")
     device_column: str = Field(default="device", min_length=1, description=(
         "`files`: the column (or `.npz` array) naming each sample's device; needed only with `partition.kind: "
         "natural`, and never a feature."))
@@ -120,7 +120,7 @@ class DatasetSection(Section):
         "`files`: fixes the label space: integer labels are ids into this list, string labels must be among its "
         "names, and a class no device holds still counts. null: the distinct labels found, sorted, become classes "
         "0..C-1."))
-    partition: PartitionSection = Field(PartitionSection(), description=(
+    partition: PartitionSection = Field(default=PartitionSection(), description=(
         "How `digits` or `files` data is split into devices."))
 
     @model_validator(mode="after")
@@ -154,7 +154,7 @@ class ModelSection(Section):
         "logits; or a name an installed package registers in the `p2pfed.models` entry-point group."))
     hidden: list[int] = Field(default_factory=lambda: [128, 512], min_length=1, description=(
         "`mlp`: the hidden layer sizes; the last one is the prototype dimension."))
-    unit_gates: bool = Field(False, description=(
+    unit_gates: bool = Field(default=False, description=(
         "`mlp`: a learnable scaling factor, starting at 1, on every hidden unit's ReLU output (the per-unit factors "
         "Network Slimming ranks). SAFL adds them whatever this says; other methods treat them as ordinary parameters."))
     options: dict[str, Any] = Field(default_factory=dict, description=(
@@ -195,7 +195,8 @@ class AlgorithmSection(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     name: Annotated[str, Field(description=(
-        "The method: a shipped one (each with its options below); a class of your own, `path/to/file.py:MyMethod` "
+        "The method: a shipped one (its options: `p2pfed explain algorithm.METHOD`); a class of your own, "
+        "`path/to/file.py:MyMethod` "
         "(relative to the scenario's folder, then the working directory) or `package.module:MyMethod`; or a name an "
         "installed package registers in the `p2pfed.algorithms` entry-point group. Swapping it (`--algorithm`, `--set"
         " algorithm.name=NAME`) keeps the options the new method knows."))] = "fedsub"
@@ -207,7 +208,7 @@ class AlgorithmSection(BaseModel):
 
 class TopologySection(Section):
     kind: Literal["complete", "ring", "erdos-renyi", "small-world", "random-regular", "file"] = Field(
-        "small-world", description=(
+        default="small-world", description=(
             "The static graph: `complete`; `ring`; `erdos-renyi` (edge probability `p`); `small-world` "
             "(Watts-Strogatz, `k` and `p`); `random-regular` (`degree`); or `file`. Random kinds are redrawn from the"
             " seed until connected."))
@@ -215,7 +216,7 @@ class TopologySection(Section):
     p: float = Field(default=0.1, ge=0, le=1, description=(
         "`small-world`: the rewiring probability; `erdos-renyi`: the edge probability."))
     degree: int = Field(default=3, ge=1, description="`random-regular`: every node's degree.")
-    file: str | None = Field(None, description=(
+    file: str | None = Field(default=None, description=(
         "`file`: an edge list (`a b` or `a b bandwidth_bps latency_s` per line, `#` comments) or GraphML. Node ids "
         "map to devices in sorted order (numeric ids numerically) and the node count must equal the device count; a "
         "bad line is reported as `file:line`."))
@@ -224,18 +225,18 @@ class TopologySection(Section):
     latency_s: float = Field(default=0.05, ge=0, description=(
         "Link latency in seconds: a message of B bytes arrives `latency_s + 8B / bandwidth_bps` after it starts, and "
         "transfers on one link direction queue."))
-    allow_disconnected: bool = Field(False, description=(
+    allow_disconnected: bool = Field(default=False, description=(
         "Run a topology file whose graph leaves some nodes with no path to the others (each part then learns on its "
         "own); false: such a file is refused, naming those nodes. Generated kinds are always connected."))
     setup_round_trips: float = Field(default=0.0, ge=0, description=(
         "Round trips (2 x the link's latency) a link's connection takes to open before its first byte can leave, "
         "counted from the run's start, as real peers' TCP, ZeroMQ and CURVE handshakes take once per link. 0: links "
         "are up from the start. Synchronous rounds only."))
-    framing: bool = Field(False, description=(
+    framing: bool = Field(default=False, description=(
         "A message occupies its link for its bytes on the wire (ZeroMQ and CurveZMQ framing, TCP/IPv4 headers per "
         "segment), not its encoded bytes alone; the bytes counted in results stay the encoded ones. Synchronous "
         "rounds only (over contacts, `contacts.protocol: acknowledged` includes it)."))
-    slow_start: bool = Field(False, description=(
+    slow_start: bool = Field(default=False, description=(
         "A message leaves in flights of TCP's congestion window, restarted after its link was idle (the slow-start "
         "restart of Reno and CUBIC), not at the link's rate at once. Synchronous rounds only."))
 
@@ -254,24 +255,24 @@ class EngineSection(Section):
         "device takes part, as real peers must."))
     max_message_bytes: int = Field(default=64 * 2**20, ge=1024, le=MAX_MESSAGE_BYTES, description=(
         "Largest message in bytes (default 64 MiB); larger ones are refused by the codec and the socket."))
-    precision: Literal["float32", "float16", "int8"] = Field("float32", description=(
+    precision: Literal["float32", "float16", "int8"] = Field(default="float32", description=(
         "Every method's float tensors on the wire: `float16` casts them (a tensor beyond float16's range stays "
         "float32); `int8` quantises each tensor affinely between its min and max. Integer and boolean tensors never "
         "change, and receivers restore float32 before the method sees the payload."))
-    torch_threads: int | Literal["auto"] = Field("auto", description=(
+    torch_threads: int | Literal["auto"] = Field(default="auto", description=(
         "PyTorch intra-op threads, 1..256. `auto`: every core in a simulation of synchronous rounds, one in the "
         "contact runtime, one per real peer and one per sweep worker. Results do not depend on it."))
-    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description=(
+    device: Literal["cpu", "cuda", "auto"] = Field(default="cpu", description=(
         "Where training runs. Only `cpu` is built so far: `cuda` is refused with the reason, `auto` picks `cpu`."))
     max_memory_gib: float | None = Field(default=None, gt=0, description=(
         "Memory the simulation may use, in GiB: a run whose estimate (data, models, messages in flight) exceeds it is"
         " refused before the models are built, naming the field to change. null: the memory available when the run "
         "starts."))
-    batched_training: bool = Field(True, description=(
+    batched_training: bool = Field(default=True, description=(
         "Do the arithmetic of all devices that act at the same instant together: training of plain jobs as one "
         "batched computation per architecture, fusion jobs, evaluation and offloaded work (equal to one device at a "
         "time up to float rounding); false: one device at a time."))
-    offload: bool | Literal["auto"] = Field("auto", description=(
+    offload: bool | Literal["auto"] = Field(default="auto", description=(
         "A helper process on a second core computes the work methods offload (FedSub's K sweeps) during a contact "
         "run's batch windows; results are equal with or without it. `auto`: on when the machine has two cores or more"
         " and the run is not a sweep worker; `true` needs contacts and `asynchronous.batch_window_s` > 0."))
@@ -302,7 +303,7 @@ class DynamicSection(Section):
         "Each chosen device hides between 1 and floor(this x its classes) of its classes, never all of them."))
     return_every: int = Field(default=50, ge=1, description=(
         "Every N rounds each chosen device gets one hidden class back, in a random order drawn at the start."))
-    test_classes: Literal["visible", "all"] = Field("visible", description=(
+    test_classes: Literal["visible", "all"] = Field(default="visible", description=(
         "`visible`: a hidden class is out of the device's test set too and comes back to its training and test sets "
         "at once (as in the papers); `all`: the test set stays complete throughout."))
 
@@ -313,15 +314,15 @@ class EvaluationSection(Section):
     every_s: float | None = Field(default=None, gt=0, description=(
         "With contacts (no rounds): evaluate every device every this many simulated seconds, and at the end. null: "
         "the run's duration / 20."))
-    generalization: bool = Field(False, description=(
+    generalization: bool = Field(default=False, description=(
         "Also score each device's model on the other devices' test splits pooled together (generalization, next to "
         "personalization on its own); one more evaluation per device."))
-    when: Literal["after-fusion", "after-training"] = Field("after-fusion", description=(
+    when: Literal["after-fusion", "after-training"] = Field(default="after-fusion", description=(
         "Synchronous rounds and real peers: where in a device's round the headline evaluation happens, right after "
         "fusing what arrived and before local training (the FedSub papers' protocol), or after local training. Each "
         "method evaluates the model it would use. With contacts a device is scored with the model it holds at each "
         "evaluation instant instead."))
-    both: bool = Field(True, description=(
+    both: bool = Field(default=True, description=(
         "Synchronous rounds and real peers: also score every device at the other point of its round (after the fusion"
         " and after the training), which can rank methods differently; the headline columns are unchanged. false "
         "halves the evaluation work."))
@@ -330,7 +331,7 @@ class EvaluationSection(Section):
 class ContactsSection(Section):
     """Time-varying contacts; ``none`` keeps synchronous rounds over ``topology``."""
 
-    kind: Literal["none", "static", "random-waypoint", "poisson", "trace"] = Field("none", description=(
+    kind: Literal["none", "static", "random-waypoint", "poisson", "trace"] = Field(default="none", description=(
         "`none`: synchronous rounds over `topology`; `static`: the `topology` graph as contacts that never end, run "
         "asynchronously; `random-waypoint`: mobility in a rectangle; `poisson`: independent pairwise contacts; "
         "`trace`: a contact trace file."))
@@ -359,13 +360,13 @@ class ContactsSection(Section):
         "`poisson`: mean gap in seconds between two contacts of a pair (the rate is its inverse)."))
     mean_duration_s: float = Field(default=60.0, gt=0, description=(
         "`poisson`: mean contact duration in seconds (exponential)."))
-    intercontact: Literal["exponential", "power-law"] = Field("exponential", description=(
+    intercontact: Literal["exponential", "power-law"] = Field(default="exponential", description=(
         "`poisson`: the law of the gaps; `power-law` is Pareto with the same mean, heavy-tailed as in human traces."))
     power_law_alpha: float = Field(default=1.5, gt=1, description="`poisson` with `power-law` gaps: the Pareto shape.")
-    file: str | None = Field(None, description=(
+    file: str | None = Field(default=None, description=(
         "`trace`: the trace file (`.gz` allowed), relative to the scenario's folder; a bad line is reported as "
         "`file:line`."))
-    format: Literal["one", "interval", "sociopatterns"] | None = Field(None, description=(
+    format: Literal["one", "interval", "sociopatterns"] | None = Field(default=None, description=(
         "`trace`: `one`, ONE simulator events `<time> CONN <a> <b> up|down`; `interval`, `<a> <b> <start> <end>` per "
         "line; `sociopatterns`, `t i j` per window (runs of windows merged into contacts). `#` comments and blank "
         "lines are allowed."))
@@ -375,17 +376,17 @@ class ContactsSection(Section):
     start_s: float | None = Field(default=None, ge=0, description=(
         "`trace`: the trace time that becomes simulated time 0 (earlier contacts are dropped); null: the first "
         "contact."))
-    nodes: Literal["sorted", "most-active"] | list[int | str] = Field("sorted", description=(
+    nodes: Literal["sorted", "most-active"] | list[int | str] = Field(default="sorted", description=(
         "`trace`: how trace ids become devices: `sorted`, ids in ascending (numeric) order are devices 0, 1, ...; "
         "`most-active`, the N ids in the most contacts (ties by id), in id order; a list: device i is `nodes[i]`."))
-    allow_node_mismatch: bool = Field(False, description=(
+    allow_node_mismatch: bool = Field(default=False, description=(
         "`trace`: leave extra ids out and let extra devices meet nobody; false: a trace with fewer ids than devices "
         "(or, for `sorted`, more) is an error."))
-    allow_no_contacts: bool = Field(False, description=(
+    allow_no_contacts: bool = Field(default=False, description=(
         "`trace`: run a trace none of whose contacts is between two of the devices within the run's window (local "
         "training that looks like a federation); false: it is refused, naming the file and the trace ids used as "
         "devices."))
-    protocol: Literal["ideal", "acknowledged"] = Field("ideal", description=(
+    protocol: Literal["ideal", "acknowledged"] = Field(default="ideal", description=(
         "`ideal`: a device reads its peer's summary vector directly, and a transfer is complete when its last byte "
         "arrives; `acknowledged`: real peers' protocol, with summary vectors sent when a contact opens, one queue per"
         " direction, framing, and a transfer complete when the receiver's acknowledgement is back."))
@@ -425,7 +426,7 @@ class AsynchronousSection(Section):
         "fuses if its cache holds artifacts it has not used."))
     train_jitter_s: float = Field(default=0.0, ge=0, description=(
         "Each period is drawn uniformly within plus or minus this many seconds (below `train_period_s`)."))
-    send_policy: Literal["smallest-first", "largest-first", "whole"] = Field("smallest-first", description=(
+    send_policy: Literal["smallest-first", "largest-first", "whole"] = Field(default="smallest-first", description=(
         "Order of the messages within a contact: the method's parts and carried items, smallest first or largest "
         "first; `whole`: one message per share (the synchronous payload)."))
     max_age_s: float | None = Field(default=None, gt=0, description=(
@@ -450,7 +451,7 @@ class AsynchronousSection(Section):
 class ForwardingSection(Section):
     """Store-carry-forward: devices carry peers' artifacts to devices they meet later."""
 
-    enabled: bool = Field(False, description=(
+    enabled: bool = Field(default=False, description=(
         "Carry the parts received from peers and pass them on to the devices met later (store-carry-forward)."))
     parts: list[str] = Field(default_factory=lambda: ["prototypes"], min_length=1, description=(
         "Which parts are carried, by the names the method gives its parts (FedSub: `prototypes`, `subnetworks`; a "
@@ -550,8 +551,8 @@ class ProfileEntry(Section):
     """One device class of ``devices.profiles`` and the share of the devices it gets."""
 
     name: str = Field(min_length=1, description=(
-        "A named device class (see the table below), or your own label; a label of your own needs `flops_per_s` and "
-        "`joules_per_flop`."))
+        "A named device class (the reference page's Device classes), or your own label; a label of your own needs "
+        "`flops_per_s` and `joules_per_flop`."))
     fraction: float = Field(gt=0, le=1, description=(
         "Share of the devices given this class, drawn from the seed; the fractions sum to 1."))
     flops_per_s: float | None = Field(default=None, gt=0, description=(
@@ -592,12 +593,14 @@ class DevicesSection(Section):
     """Devices as they are: compute speed and energy per device class, a radio, and
     batteries. Absent (the default), none of it runs and results are as before."""
 
-    profiles: list[ProfileEntry] = Field([], description="Device classes, each given to a `fraction` of the devices.")
-    file: str | None = Field(None, description=(
+    profiles: list[ProfileEntry] = Field(default=[], description=(
+        "Device classes, each given to a `fraction` of the devices."))
+    file: str | None = Field(default=None, description=(
         "Or per-device figures, CSV (header row) or YAML (a list of mappings): `device` (id) and either `profile` (a "
         "named class) or `flops_per_s` and `joules_per_flop`, optionally `battery_j`; every device once."))
-    radio: Literal["wifi", "ble", "lte"] | RadioSection | None = Field(None, description=(
-        "What a byte costs: a preset (`wifi`, `ble`, `lte`; see the table below) or a radio of your own (a mapping); "
+    radio: Literal["wifi", "ble", "lte"] | RadioSection | None = Field(default=None, description=(
+        "What a byte costs: a preset (`wifi`, `ble`, `lte`; the reference page's Radio presets) or a radio of your "
+        "own (a mapping); "
         "null: communication is free."))
     battery_j: float | None = Field(default=None, gt=0, description=(
         "Every device's battery capacity in J unless its class or row gives one; null: unlimited."))
@@ -627,9 +630,9 @@ class DevicesSection(Section):
 
 
 class Scenario(Section):
-    name: str = Field("scenario", description=(
+    name: str = Field(default="scenario", description=(
         "Label of the run, used in results and in the default output folder names."))
-    description: str = Field("", description="Free text about the scenario; the run does not use it.")
+    description: str = Field(default="", description="Free text about the scenario; the run does not use it.")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, description=(
         "The one seed every random choice derives from, through named streams (data split, model initialisation, "
         "per-device training, graph, contacts, churn, participation, device clocks, dynamic schedule); the same seed "
@@ -639,39 +642,39 @@ class Scenario(Section):
         "when due and shares. With contacts, devices train on their own clocks until `contacts.duration_s` instead, "
         "and methods with a final phase count `duration_s / asynchronous.train_period_s` rounds (`rounds` when a "
         "trace sets no duration)."))
-    dataset: DatasetSection = Field(DatasetSection(), description="The data, and how it is split into devices.")
-    model: ModelSection = Field(ModelSection(), description="The model every device trains.")
-    training: TrainingSection = Field(TrainingSection(), description=(
+    dataset: DatasetSection = Field(default=DatasetSection(), description="The data, and how it is split into devices.")
+    model: ModelSection = Field(default=ModelSection(), description="The model every device trains.")
+    training: TrainingSection = Field(default=TrainingSection(), description=(
         "Local training: SGD on the cross-entropy, to which methods may add terms."))
-    algorithm: AlgorithmSection = Field(AlgorithmSection(), description=(
-        "The federated method (`name`) and its options, which are the method's own keys next to `name` (each shipped "
-        "method's are listed below)."))
-    topology: TopologySection = Field(TopologySection(), description=(
+    algorithm: AlgorithmSection = Field(default=AlgorithmSection(), description=(
+        "The federated method (`name`) and its options, which are the method's own keys next to `name` (a shipped "
+        "method's options: `p2pfed explain algorithm.METHOD`)."))
+    topology: TopologySection = Field(default=TopologySection(), description=(
         "The static graph of which devices exchange, and its links' bandwidth and latency (synchronous rounds; "
         "`contacts.kind: static` reuses the graph)."))
-    engine: EngineSection = Field(EngineSection(), description=(
+    engine: EngineSection = Field(default=EngineSection(), description=(
         "How the simulation runs: the round length, participation, messages, threads and memory."))
-    evaluation: EvaluationSection = Field(EvaluationSection(), description=(
+    evaluation: EvaluationSection = Field(default=EvaluationSection(), description=(
         "When each device's model is scored on its test split, and on what."))
-    dynamic: DynamicSection = Field(DynamicSection(), description=(
+    dynamic: DynamicSection = Field(default=DynamicSection(), description=(
         "Training data that appears over time (FedSub journal Sec. 4.5): classes hidden at the start and returned one"
         " at a time. Off unless `devices_fraction` > 0."))
-    contacts: ContactsSection = Field(ContactsSection(), description=(
+    contacts: ContactsSection = Field(default=ContactsSection(), description=(
         "Intermittent connectivity: devices exchange only during contacts. `kind: none` (the default) keeps "
         "synchronous rounds over `topology`; any other kind runs the opportunistic runtime, without rounds."))
-    asynchronous: AsynchronousSection = Field(AsynchronousSection(), description=(
+    asynchronous: AsynchronousSection = Field(default=AsynchronousSection(), description=(
         "How devices learn when there are contacts instead of rounds (any `contacts.kind` but `none`)."))
-    forwarding: ForwardingSection = Field(ForwardingSection(), description=(
+    forwarding: ForwardingSection = Field(default=ForwardingSection(), description=(
         "Store-carry-forward over contacts: a device keeps the parts it received and passes them on to the devices it"
         " meets later, so they spread epidemically."))
-    churn: ChurnSection = Field(ChurnSection(), description=(
+    churn: ChurnSection = Field(default=ChurnSection(), description=(
         "Devices go offline and come back, with exponential online and offline durations (all start online). An "
         "offline device neither trains nor communicates, and its transfers in flight are aborted. Off while both "
         "means are null."))
-    adversaries: list[AdversarySection] = Field([], description=(
+    adversaries: list[AdversarySection] = Field(default=[], description=(
         "Devices that lie: each entry chooses devices and an attack, which wraps their method the same way in every "
         "runtime. Empty (the default): every device is honest."))
-    devices: DevicesSection = Field(DevicesSection(), description=(
+    devices: DevicesSection = Field(default=DevicesSection(), description=(
         "Devices as they are: compute speed and energy per device class, a radio and batteries. Absent (the default),"
         " none of it runs and results are as without it."))
 

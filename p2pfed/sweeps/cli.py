@@ -13,11 +13,14 @@ from pathlib import Path
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run methods × swept values × seeds, on local cores or a Dask cluster")
     p.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (see docs/reference/scenario.md)")
-    p.add_argument("--out", help="results folder (default runs/<sweep name>)")
+    p.add_argument("--out", help="results folder (default runs/<sweep name>); a folder that already holds a sweep "
+                   "is refused without --resume")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    where.add_argument("--workers", type=int, help="worker processes of the local Dask cluster, one thread each "
+                       "(default: one per core); --workers 1 runs the cells one after the other, with the same numbers")
     where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="run on an existing Dask scheduler instead, e.g. tcp://head:8786")
+                       help="run on an existing Dask scheduler instead, e.g. tcp://head:8786; its workers need the "
+                            "same p2pfed and must see --out and the scenario's files at the same paths")
     p.add_argument("--resume", action="store_true",
                    help="keep the finished cells in --out and run only the missing ones (failed ones again)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.SUB=VALUE",

@@ -32,16 +32,16 @@ class SweepSpec(BaseModel):
     """Everything a sweep file may hold (the "Sweep files" section of docs/reference/scenario.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str | None = Field(None, description=(
+    name: str | None = Field(default=None, description=(
         "Label of the sweep: the default `--out` (`runs/<name>`) and plot titles; null: the file's name without "
         "`.yaml`."))
-    description: str = Field("", description="Free text about the sweep.")
-    scenario: str | None = Field(None, description=(
+    description: str = Field(default="", description="Free text about the sweep.")
+    scenario: str | None = Field(default=None, description=(
         "The base scenario, relative to the sweep file's folder; null: the embedded quickstart."))
-    methods: list[str] | None = Field(None, min_length=1, description=(
+    methods: list[str] | None = Field(default=None, min_length=1, description=(
         "One run per method (a method keeps only the scenario's `algorithm` options it knows); null: the scenario's "
         "`algorithm.name`."))
-    seeds: list[int] | None = Field(None, min_length=1, description=(
+    seeds: list[int] | None = Field(default=None, min_length=1, description=(
         "One run per seed; summaries give the mean, standard deviation and 95 % interval over seeds. null: the "
         "scenario's `seed`."))
     overrides: dict[str, Any] = Field(default_factory=dict, alias="set", description=(

@@ -24,7 +24,7 @@ from p2pfed.learning.regularisers import proximal_loss, snapshot
 
 class DittoOptions(GossipAvgOptions):
     lam: float = Field(0.1, ge=0, description=(
-        "Lambda: the pull (lambda/2) ||v - w||^2 of the personal model v toward the gossip-averaged global model w; "
+        "Lambda: the pull (λ/2)·‖v − w‖² of the personal model v toward the gossip-averaged global model w; "
         "the personal model is the one evaluated."))
 
 

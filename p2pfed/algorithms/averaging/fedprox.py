@@ -18,7 +18,7 @@ from p2pfed.learning.regularisers import proximal_loss, snapshot
 
 class FedProxOptions(GossipAvgOptions):
     mu: float = Field(0.01, ge=0, description=(
-        "Weight of the proximal term (mu/2) ||w - w_start||^2 toward the model the round started from (the "
+        "Weight of the proximal term (mu/2)·‖w − w_start‖² toward the model the round started from (the "
         "neighbourhood average); 0 is gossip averaging."))
 
 
