@@ -51,7 +51,8 @@ def usage(prog: str, parser: argparse.ArgumentParser) -> str:
 def _default(action: argparse.Action) -> str:
     if action.required:
         return "required"
-    if action.default in (None, False, [], argparse.SUPPRESS) or action.nargs == 0:
+    if action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS) \
+            or action.nargs == 0:
         return ""
     return code(str(action.default))
 

@@ -107,7 +107,7 @@ class PeerConfig(_Section):
     speedup: float = Field(default=1.0, gt=0, description=(
         "Over contacts: simulated seconds per wall-clock second (simulated time t is at `start_time + t / speedup`)."))
     shared_grid: bool = Field(default=False, description=(
-        "With `round_period_s` and `start_time`: round r ends at `start_time + (r + 1) x round_period_s` on every "
+        "With `round_period_s` and `start_time`: round r ends at `start_time + (r + 1) × round_period_s` on every "
         "peer, which then fuses what arrived and waits for no neighbour, as the simulator's rounds do; a later "
         "artifact is fused a round later and counted late."))
 

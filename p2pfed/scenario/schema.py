@@ -229,7 +229,7 @@ class TopologySection(Section):
         "Run a topology file whose graph leaves some nodes with no path to the others (each part then learns on its "
         "own); false: such a file is refused, naming those nodes. Generated kinds are always connected."))
     setup_round_trips: float = Field(default=0.0, ge=0, description=(
-        "Round trips (2 x the link's latency) a link's connection takes to open before its first byte can leave, "
+        "Round trips (2 × the link's latency) a link's connection takes to open before its first byte can leave, "
         "counted from the run's start, as real peers' TCP, ZeroMQ and CURVE handshakes take once per link. 0: links "
         "are up from the start. Synchronous rounds only."))
     framing: bool = Field(default=False, description=(
@@ -300,7 +300,7 @@ class DynamicSection(Section):
         "Fraction of the devices (rounded) that lose classes before round 1; 0 keeps the data static (the FedSub "
         "journal uses 0.6). Needs synchronous rounds."))
     max_removed_fraction: float = Field(default=0.8, ge=0, lt=1, description=(
-        "Each chosen device hides between 1 and floor(this x its classes) of its classes, never all of them."))
+        "Each chosen device hides between 1 and floor(this × its classes) of its classes, never all of them."))
     return_every: int = Field(default=50, ge=1, description=(
         "Every N rounds each chosen device gets one hidden class back, in a random order drawn at the start."))
     test_classes: Literal["visible", "all"] = Field(default="visible", description=(
