@@ -538,9 +538,24 @@ def render_csv(page: Page, entry: dict[str, Any]) -> list[str]:
     return table([h for _, h, _ in columns], [[cell(r[c], f) for c, _, f in columns] for r in rows])
 
 
+def render_weighted(page: Page, entry: dict[str, Any]) -> list[str]:
+    """Per method, the mean over seeds of the device mean of final F1, with every device alike and
+    weighted by each device's test samples (``bench/weighted_f1.py`` over the folder's archive)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from weighted_f1 import weighted_table
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    rows = weighted_table(RESULTS / entry["folder"])
+    by_weight = [m for m, _, _ in sorted(rows, key=lambda r: -r[2])]
+    return table(["method", "F1, devices alike", "F1, weighted by test samples", "rank, weighted"],
+                 [[page.name(m), f"{plain:.3f}", f"{weighted:.3f}", str(by_weight.index(m) + 1)]
+                  for m, plain, weighted in rows])
+
+
 RENDERERS: dict[str, Callable[[Page, dict[str, Any]], list[str]]] = {
     "paired": render_paired, "tests": render_tests, "adversaries": render_adversaries, "table": render_table,
-    "csv": render_csv}
+    "csv": render_csv, "weighted": render_weighted}
 
 
 def build() -> str:
