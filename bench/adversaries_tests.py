@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from p2pfed.sweeps.archive import stored_cells
 from p2pfed.sweeps.paired import adjust, paired_test
 
 MARGIN = 0.05
@@ -50,8 +50,8 @@ def attack_label(adversaries: list[dict[str, Any]]) -> str:
 def read_cells(folder: Path) -> dict[str, dict[tuple[str, str], dict[int, float]]]:
     """method -> (defence, attack) -> seed -> honest F1."""
     out: dict[str, dict[tuple[str, str], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for path in sorted((folder / "cells").glob("*/summary.json")):
-        s = json.loads(path.read_text())
+    for cell in stored_cells(folder).values():
+        s = cell.summary
         config = s["config"]
         f1 = s["adversaries"]["honest_f1_mean"] if "adversaries" in s else s["final"]["f1_macro_mean"]
         key = (config["algorithm"].get("robust", "none"), attack_label(config.get("adversaries", [])))

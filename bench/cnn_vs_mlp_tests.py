@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from p2pfed.sweeps.archive import stored_cells
 from p2pfed.sweeps.paired import adjust, paired_test
 
 ALPHA = 0.05
@@ -35,8 +35,8 @@ def read_cells(folder: Path) -> tuple[dict[tuple[str, str], dict[int, float]], d
     """(method, model) -> seed -> final F1, and (method, model) -> bytes per device per round."""
     f1: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     sent: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for path in sorted((folder / "cells").glob("*/summary.json")):
-        s = json.loads(path.read_text())
+    for cell in stored_cells(folder).values():
+        s = cell.summary
         key = (s["config"]["algorithm"]["name"], s["config"]["model"]["name"])
         f1[key][int(s["config"]["seed"])] = float(s["final"]["f1_macro_mean"])
         sent[key].append(float(s["comm"]["bytes_per_device_per_round"]))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from p2pfed.sweeps.archive import stored_cells
 from p2pfed.sweeps.paired import adjust, paired_test
 
 ALPHA = 0.05
@@ -39,8 +39,8 @@ def label(config: dict[str, Any]) -> str:
 def read_cells(folder: Path) -> dict[str, dict[str, dict[int, Run]]]:
     """radio -> configuration -> seed -> {f1, j, comm_j, compute_j}."""
     out: dict[str, dict[str, dict[int, Run]]] = defaultdict(lambda: defaultdict(dict))
-    for path in sorted((folder / "cells").glob("*/summary.json")):
-        s = json.loads(path.read_text())
+    for cell in stored_cells(folder).values():
+        s = cell.summary
         energy, config = s["energy"], s["config"]
         out[energy["radio"]["name"]][label(config)][int(config["seed"])] = {
             "f1": float(s["final"]["f1_macro_mean"]), "j": float(energy["total_j_per_device"]),

@@ -17,8 +17,6 @@ comparison of the table. Writes ``table.md`` and ``f1_vs_cluster_size.png`` into
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from p2pfed.sweeps.aggregate import mean_ci  # noqa: E402
+from p2pfed.sweeps.archive import stored_cells  # noqa: E402
 from p2pfed.sweeps.paired import adjust, paired_test, seed_means  # noqa: E402
 
 DEFAULT = ("min-size", 2)
@@ -54,10 +53,8 @@ def load(dirs: list[Path]) -> dict[tuple[str, int] | str, dict[int, dict]]:
     """Configuration -> seed -> {"summary", "devices": {protocol column: {device: F1}}}."""
     runs: dict[tuple[str, int] | str, dict[int, dict]] = {}
     for folder in dirs:
-        for path in sorted(folder.glob("cells/*/summary.json")):
-            summary = json.loads(path.read_text())
-            with (path.parent / "devices.csv").open(newline="") as f:
-                rows = list(csv.DictReader(f))
+        for cell in stored_cells(folder).values():
+            summary, rows = cell.summary, cell.rows("devices.csv")
             devices = {column: {int(r["device"]): float(r[column]) for r in rows
                                 if r.get(column) not in ("", "nan", None)}
                        for column in PROTOCOLS.values()}

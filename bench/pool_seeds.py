@@ -76,7 +76,7 @@ def pool(folders: list[Path]) -> tuple[list[str], list[CellResult]]:
             if round(earlier.summary["final"]["f1_macro_mean"], 6) != round(r.summary["final"]["f1_macro_mean"], 6):
                 raise SystemExit(f"{r.folder} and {earlier.folder}: {name} seed {r.point.seed} gave another F1")
             kept.setdefault((r.point.method, r.point.values, r.point.seed),
-                            replace(r, folder=earlier.folder, summary=earlier.summary))
+                            replace(r, folder=earlier.folder, summary=earlier.summary, stored=earlier.stored))
     return keys or [], list(kept.values())
 
 

@@ -8,23 +8,23 @@ whether the weighting changes a ranking:
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from p2pfed.sweeps.archive import stored_cells
+
 
 def weighted_table(folder: Path) -> list[tuple[str, float, float]]:
     """(method, plain mean, test-sample-weighted mean), best plain mean first."""
     found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for cell in sorted((folder / "cells").iterdir()):
-        summary = json.loads((cell / "summary.json").read_text())
-        counts = json.loads((cell / "dataset.json").read_text())["class_counts"]
-        with (cell / "devices.csv").open(newline="") as f:
-            devices = [r for r in csv.DictReader(f) if r["f1_macro"] not in ("", "nan")]
+    for cell in stored_cells(folder).values():
+        summary, dataset = cell.summary, cell.dataset()
+        assert dataset is not None, f"{folder}: cell {cell.name} has no dataset.json"
+        counts = dataset["class_counts"]
+        devices = [r for r in cell.rows("devices.csv") if r["f1_macro"] not in ("", "nan")]
         f1 = np.array([float(r["f1_macro"]) for r in devices])
         weight = np.array([sum(counts[r["name"]]["test"]) for r in devices], dtype=float)
         found[summary["algorithm"]]["plain"].append(float(f1.mean()))

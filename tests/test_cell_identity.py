@@ -93,9 +93,13 @@ def test_resume_runs_again_an_older_cell_of_another_scenario(tmp_path):
 
 
 def test_committed_sweep_folders_resume_under_the_new_keys(tmp_path):
-    """The committed cells of a sweep written with earlier keys are found again by ``--resume``."""
+    """The committed cells of a sweep written with earlier keys (kept in the folder's archive) are
+    found again by ``--resume``, which writes the archive's cells back into folders first."""
+    from p2pfed.sweeps.archive import unpack
+
     folder = tmp_path / "wisdm-static-fusion"
     shutil.copytree(ROOT / "bench" / "results" / "wisdm-static-fusion", folder)
     points = expand(read_sweep(ROOT / "sweeps" / "wisdm-static-fusion.yaml"))
+    assert unpack(folder) == 15
     adopt_older_cells(folder, points)
     assert len(points) == 15 and all(store.is_done(folder, p.cell) for p in points)

@@ -196,6 +196,60 @@ def test_resume_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
     assert rows(copy / "sweep.csv") == rows(out / "sweep.csv")  # the rerun cells give the same numbers
 
 
+def test_a_packed_sweep_reports_the_same_and_unpacks_to_the_same_files(two_worker_sweep, tmp_path, capsys):
+    """``report --pack`` keeps the cells in four files; every table the report makes from them
+    equals the one made from the cell folders, and ``--unpack`` gives back each packed file."""
+    from p2pfed.sweeps.archive import INDEX, TABLES
+
+    _, out = two_worker_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert main(["report", str(copy), "--pack"]) == 0
+    assert not (copy / "cells").exists() and (copy / INDEX).is_file()
+    assert "8 plot file(s) of the cells left out" in capsys.readouterr().err
+    index = [json.loads(line) for line in (copy / INDEX).read_text().splitlines()]
+    assert len(index) == 8 and len(rows(copy / TABLES["devices.csv"])) == 8 * 4   # 4 devices per cell
+    for name in ("sweep.csv", "summary.csv", "paired.csv"):
+        (copy / name).unlink()
+    assert main(["report", str(copy)]) == 0
+    for name in ("sweep.csv", "summary.csv", "paired.csv"):
+        assert (copy / name).read_text() == (out / name).read_text(), name
+    assert main(["report", str(copy), "--unpack"]) == 0
+    assert not (copy / INDEX).exists()
+    for cell in (out / "cells").iterdir():
+        for file in ("rounds.csv", "devices.csv", "summary.json", "dataset.json"):
+            assert (copy / "cells" / cell.name / file).read_bytes() == (cell / file).read_bytes()
+
+
+def test_pack_refuses_a_cell_it_could_not_give_back(two_worker_sweep, tmp_path, capsys):
+    """A cell file the archive would not restore byte for byte (here: edited by hand, JSON in
+    another layout) stops the packing: nothing is removed and the file is named."""
+    _, out = two_worker_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    edited = next((copy / "cells").iterdir()) / "summary.json"
+    edited.write_text(json.dumps(json.loads(edited.read_text())))
+    assert main(["report", str(copy), "--pack"]) == 2
+    assert f"{edited}: the archive would not give it back unchanged" in capsys.readouterr().err
+    assert len(list((copy / "cells").iterdir())) == 8 and not (copy / "cells.jsonl").exists()
+
+
+def test_resume_into_a_packed_sweep_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
+    from p2pfed.sweeps.archive import pack
+
+    sweep, out = two_worker_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    gone = rows(copy / "sweep.csv")[3]["cell"]
+    shutil.rmtree(copy / "cells" / gone)
+    pack(copy)
+    capsys.readouterr()
+    assert main(["sweep", str(sweep), "--out", str(copy), "--workers", "1", "--resume", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "7 cell(s) of the folder's archive written back" in err and "7 already done, 1 to run" in err
+    assert rows(copy / "sweep.csv") == rows(out / "sweep.csv")
+
+
 def test_a_failing_cell_is_recorded_and_the_others_complete(tmp_path, capsys):
     # a random 3-regular graph on 5 devices cannot exist: that cell raises when it builds its graph
     sweep = write_sweep(tmp_path, name="failing", methods=["gossip-avg"], seeds=[1],

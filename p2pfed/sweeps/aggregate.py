@@ -1,5 +1,6 @@
-"""From cell folders to tables: sweep.csv (one row per point) and summary.csv (per method × swept
-values: mean, standard deviation and 95 % confidence interval over seeds).
+"""From finished cells (their folders, or the sweep's archive) to tables: sweep.csv (one row per
+point) and summary.csv (per method × swept values: mean, standard deviation and 95 % confidence
+interval over seeds).
 
 The interval is Student's t interval of the mean (``scipy.stats.t.interval``) with n - 1 degrees
 of freedom; with one seed there is no spread to estimate, so std and interval stay empty.
@@ -7,7 +8,6 @@ of freedom; with one seed there is no spread to estimate, so std and interval st
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,8 +19,8 @@ import yaml
 from scipy import stats
 
 from p2pfed.algorithms.registry import method_label
-from p2pfed.results.files import read_csv
 from p2pfed.sweeps import store
+from p2pfed.sweeps.archive import StoredCell, stored_cells
 from p2pfed.sweeps.cells import Point
 
 # sweep.csv metrics: column -> where it sits in summary.json
@@ -72,16 +72,22 @@ class CellResult:
     status: str                      # done | failed | missing
     error: str = ""
     summary: dict[str, Any] | None = None
-    folder: Path | None = None
+    folder: Path | None = None       # a finished cell's folder (in the archive form: where it would be)
+    stored: StoredCell | None = None
+
+    def rows(self, file: str) -> list[dict[str, str]]:
+        """A finished cell's ``rounds.csv`` or ``devices.csv`` rows, from its folder or the archive."""
+        assert self.stored is not None   # only finished cells are read
+        return self.stored.rows(file)
 
 
 def collect(out: Path, points: list[Point]) -> list[CellResult]:
     results = []
+    stored = stored_cells(out)
     for p in points:
-        if store.is_done(out, p.cell):
-            folder = store.cell_dir(out, p.cell)
-            results.append(CellResult(p, "done", summary=json.loads((folder / "summary.json").read_text()),
-                                      folder=folder))
+        if (cell := stored.get(p.cell.folder)) is not None:
+            results.append(CellResult(p, "done", summary=cell.summary, folder=store.cell_dir(out, p.cell),
+                                      stored=cell))
         elif (error := store.failure(out, p.cell)) is not None:
             results.append(CellResult(p, "failed", error=error))
         else:
@@ -189,8 +195,7 @@ def curves(results: list[CellResult]) -> tuple[str, dict[tuple, dict[str, list[l
     labels = method_labels(results)
     panels: dict[tuple, dict[str, list]] = {}
     for r in done:
-        assert r.folder is not None   # a finished cell has its folder
-        rows = read_csv(r.folder / "rounds.csv")
+        rows = r.rows("rounds.csv")
         series = [(float(row[x]), float(row["f1_macro_mean"])) for row in rows]
         label = tuple((k, value_text(v)) for k, v in r.point.values)
         panels.setdefault(label, {}).setdefault(labels[r.point.method], []).append(series)

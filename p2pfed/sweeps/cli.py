@@ -32,6 +32,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="rebuild a sweep's sweep.csv, summary.csv and plots from its cells")
     p.add_argument("out", metavar="DIR", help="the sweep's results folder")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--pack", action="store_true",
+                      help="then keep the cells in four files (cells.jsonl, cells-*.csv) instead of a folder each")
+    form.add_argument("--unpack", action="store_true", help="first write the archive's cells back into DIR/cells/")
     p.set_defaults(func=cmd_report)
 
 
@@ -55,8 +59,16 @@ def _seed_list(text: str) -> list[int]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from p2pfed.sweeps.archive import pack, unpack
     from p2pfed.sweeps.report import FILES, build_report
 
-    print(build_report(Path(args.out)))
+    out = Path(args.out)
+    if args.unpack:
+        print(f"{unpack(out)} cell folder(s) written back into {out / 'cells'}/", file=sys.stderr)
+    print(build_report(out))
     print(f"results in {args.out}/ ({FILES})", file=sys.stderr)
+    if args.pack:
+        left_out = pack(out)
+        print(f"cells packed into {out}/ (cells.jsonl, cells-rounds.csv, cells-devices.csv, cells-datasets.jsonl)"
+              + (f"; {len(left_out)} plot file(s) of the cells left out" if left_out else ""), file=sys.stderr)
     return 0

@@ -50,8 +50,7 @@ def label(r: CellResult) -> str:
 
 def per_device_f1(r: CellResult, column: str = "f1_macro") -> dict[int, float]:
     """device -> its final F1 in ``devices.csv`` (``column``: the headline, or one protocol's)."""
-    assert r.folder is not None   # a finished cell has its folder
-    return {int(row["device"]): float(row[column]) for row in read_csv(r.folder / "devices.csv")
+    return {int(row["device"]): float(row[column]) for row in r.rows("devices.csv")
             if row.get(column) not in (None, "", "nan")}
 
 

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from p2pfed.extras import require
 from p2pfed.sweeps import store
+from p2pfed.sweeps.archive import unpack
 from p2pfed.sweeps.cells import CellSpec, expand
 from p2pfed.sweeps.compat import adopt_older_cells
 from p2pfed.sweeps.report import FILES, build_report
@@ -37,6 +38,8 @@ def run_sweep(sweep_file: Path, out: Path | None = None, *, workers: int | None 
         raise SweepError([f"--out {out}: already holds a sweep; add --resume to run only its missing "
                           "cells, or choose another folder"])
     if resume:
+        if unpacked := unpack(out):
+            log(f"{unpacked} cell(s) of the folder's archive written back into {out / 'cells'}/")
         kept, other = adopt_older_cells(out, points)
         if kept:
             log(f"{kept} finished cell(s) written under older keys run the same scenarios: kept under their new keys")

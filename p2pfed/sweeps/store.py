@@ -5,7 +5,8 @@
     OUT/failed/<method>-<hash>.txt   a failed cell: its error on the first line, then the traceback
 
 A cell is run into ``OUT/cells/.partial-*`` and renamed into place only when complete, so a
-folder under ``cells/`` always holds a whole run, whatever was killed when.
+folder under ``cells/`` always holds a whole run, whatever was killed when. A finished sweep may
+keep its cells in an archive of four files instead (``archive.py``).
 """
 
 from __future__ import annotations
