@@ -15,7 +15,7 @@ import pytest
 import p2pfed
 from p2pfed.cli.main import main
 from p2pfed.results.callbacks import Callback
-from p2pfed.scenario.loader import ScenarioError
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"

@@ -20,7 +20,8 @@ from p2pfed.peer.data import DataFileError, load_own_data
 from p2pfed.peer.keys import make_keys
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.budget import memory_problems
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario, with_algorithm
+from p2pfed.scenario.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -306,7 +307,7 @@ def test_option_values_are_one_line_errors(capsys):
 
 def test_set_algorithm_name_swaps_the_method_like_the_algorithm_option():
     swapped = load_scenario(QUICKSTART, ["algorithm.name=gossip-avg"])
-    assert swapped.scenario == load_scenario(QUICKSTART).with_algorithm("gossip-avg").scenario
+    assert swapped.scenario == with_algorithm(load_scenario(QUICKSTART), "gossip-avg").scenario
     assert swapped.scenario.algorithm.options == {}
     # An option given on the command line for the new method is kept, and checked.
     prox = load_scenario(QUICKSTART, ["algorithm.name=fedprox", "algorithm.mu=0.5"])

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from p2pfed.cli.main import main
-from p2pfed.scenario.loader import ScenarioError, embedded_default_text, load_scenario
+from p2pfed.scenario.loader import embedded_default_text, load_scenario
+from p2pfed.scenario.errors import ScenarioError
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
