@@ -77,6 +77,6 @@ def file_problems(loaded: RunSpec) -> list[str]:
 
 def preflight(loaded: RunSpec) -> None:
     """Raise ScenarioError with every problem found, one line each; silent when all is well."""
-    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source, loaded.method)
+    problems = file_problems(loaded) + memory_problems(loaded)
     if problems:
         raise ScenarioError(problems)
