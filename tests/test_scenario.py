@@ -82,7 +82,6 @@ def test_embedded_default_is_the_quickstart(repo_root):
     assert load_scenario(None).scenario.name == "quickstart"
 
 
-
 def test_the_loader_turns_each_name_into_its_class_once_and_the_run_never_again(repo_root, tmp_path, monkeypatch):
     """A user's method and model are named by file: each is looked up when the scenario is loaded
     (through a swap of the method as well), and building, checking and running the devices use
