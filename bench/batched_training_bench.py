@@ -33,14 +33,14 @@ from scale import SCENARIO as SYNTHETIC, federation_overrides  # noqa: E402
 
 from p2pfed.learning.batched_training import TrainingJob, mlp_forward, train_group, vmap_forward  # noqa: E402
 from p2pfed.learning.model import MLP  # noqa: E402
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset  # noqa: E402
-from p2pfed.scenario.loader import load_scenario  # noqa: E402
+from p2pfed.scenario.build import build_algorithms  # noqa: E402
+from p2pfed.scenario.loader import load_scenario, with_algorithm  # noqa: E402
 from p2pfed.scenario.threads import apply_torch_threads  # noqa: E402
 
 
 def jobs_of(scenario: Path | None, overrides: list[str]) -> list[TrainingJob]:
-    loaded = load_scenario(scenario, overrides).with_algorithm("local")
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    loaded = with_algorithm(load_scenario(scenario, overrides), "local")
+    algos = build_algorithms(loaded, loaded.federation)
     return [a.training_job() for a in algos]
 
 

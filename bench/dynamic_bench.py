@@ -70,8 +70,8 @@ def main() -> None:
 
 def _return_rounds(loaded) -> list[int]:
     """1-based rounds at which a hidden class comes back (the rounds.csv numbering)."""
-    from p2pfed.scenario.build import build_class_schedule, load_scenario_dataset
-    sched = build_class_schedule(loaded, load_scenario_dataset(loaded))
+    from p2pfed.scenario.build import build_class_schedule
+    sched = build_class_schedule(loaded, loaded.federation)
     return [r + 1 for r in sched.return_rounds(loaded.scenario.rounds)] if sched else []
 
 

@@ -30,7 +30,7 @@ from sklearn.metrics import adjusted_rand_score, calinski_harabasz_score, davies
 from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.learning.prototypes import class_prototypes
 from p2pfed.learning.training import train_epochs
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
 
 SIGMAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -41,7 +41,7 @@ COLUMNS = ["sigma", "sigma_vs_spread", "dbi", "dbi_std", "calinski_harabasz", "c
 def wisdm_prototypes(epochs: int, seed: int) -> dict[int, np.ndarray]:
     """Class -> (devices holding it, d) prototypes after ``epochs`` local epochs on every device."""
     loaded = load_scenario(None, ["algorithm={name: local}", f"training.epochs={epochs}"], seed=seed)
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algos = build_algorithms(loaded, loaded.federation)
     per_class: dict[int, list[np.ndarray]] = {}
     for a in algos:
         ctx = a.ctx

@@ -34,7 +34,6 @@ import torch
 from scipy.stats import rankdata, spearmanr
 
 from p2pfed.learning.prototypes import class_means
-from p2pfed.scenario.build import load_scenario_dataset
 from p2pfed.scenario.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +47,7 @@ def prototypes_and_mixes(scenario: str, scaling: str, seed: int) -> tuple[list[s
     """(class names, features, prototypes (devices, C, d) with NaN rows for absent classes,
     class mixes (devices, C)) of the scenario's devices under ``scaling``."""
     loaded = load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", [f"dataset.scaling={scaling}"], seed=seed)
-    data = load_scenario_dataset(loaded)
+    data = loaded.federation
     protos = np.full((len(data.devices), data.num_classes, data.num_features), np.nan)
     mixes = np.zeros((len(data.devices), data.num_classes))
     for i, dev in enumerate(data.devices):

@@ -46,7 +46,7 @@ def worker(args: argparse.Namespace) -> None:
     from round_clock import round_clock
 
     from p2pfed.engine.runner import run_scenario
-    from p2pfed.scenario.loader import load_scenario
+    from p2pfed.scenario.loader import load_scenario, with_algorithm
 
     from p2pfed.engine import runner
 
@@ -54,7 +54,7 @@ def worker(args: argparse.Namespace) -> None:
     check = runner.check_memory
     runner.check_memory = lambda *a, **k: estimates.append(check(*a, **k)) or estimates[-1]
     loaded = load_scenario(SCENARIO, federation_overrides(args.worker, args.rounds) + args.set)
-    loaded = loaded.with_algorithm(args.worker_method)
+    loaded = with_algorithm(loaded, args.worker_method)
     t0 = time.perf_counter()
     with round_clock() as clock:
         summary = run_scenario(loaded, progress=False)

@@ -39,18 +39,18 @@ from p2pfed.algorithms import ALGORITHMS  # noqa: E402
 from p2pfed.engine.runner import run_scenario  # noqa: E402
 from p2pfed.learning.model import build_model  # noqa: E402
 from p2pfed.learning.training import TrainingConfig, train_epochs  # noqa: E402
-from p2pfed.scenario.build import load_scenario_dataset  # noqa: E402
-from p2pfed.scenario.loader import LoadedScenario, load_scenario  # noqa: E402
+from p2pfed.scenario.loader import load_scenario, with_algorithm  # noqa: E402
+from p2pfed.scenario.spec import RunSpec  # noqa: E402
 from p2pfed.scenario.threads import apply_torch_threads  # noqa: E402
 
 
-def training_floor(loaded: LoadedScenario, rounds: int, threads: int) -> float:
+def training_floor(loaded: RunSpec, rounds: int, threads: int) -> float:
     """s/round of one epoch of local training on every device, one model at a time."""
     sc = loaded.scenario
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        data = load_scenario_dataset(loaded)
+        data = loaded.federation
         config = TrainingConfig(**sc.training.model_dump())
         devices = []
         for i, d in enumerate(data.devices):
@@ -68,7 +68,7 @@ def training_floor(loaded: LoadedScenario, rounds: int, threads: int) -> float:
         torch.set_num_threads(before)
 
 
-def method_speed(loaded: LoadedScenario) -> float:
+def method_speed(loaded: RunSpec) -> float:
     with round_clock() as clock:
         run_scenario(loaded, progress=False)
     return clock.per_round_s
@@ -102,10 +102,10 @@ def main() -> None:
             rows.append({"pass": rep, "what": f"training floor, {t} thread(s)", "s_per_round": f,
                          "ratio": f / floor})
         for name in methods:
-            per_round = method_speed(loaded.with_algorithm(name))
+            per_round = method_speed(with_algorithm(loaded, name))
             rows.append({"pass": rep, "what": name, "s_per_round": per_round, "ratio": per_round / floor})
             if args.compare_batched:
-                alone = method_speed(unbatched.with_algorithm(name))
+                alone = method_speed(with_algorithm(unbatched, name))
                 rows.append({"pass": rep, "what": f"{name}, one device at a time", "s_per_round": alone,
                              "ratio": alone / floor})
         print(f"  pass {rep + 1}: floor {floor:.3f} s/round; "

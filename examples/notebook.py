@@ -36,6 +36,11 @@ def main() -> None:
     mine = {"name": "from-python", "rounds": 3, "dataset": {"name": "synthetic"}, "model": {"hidden": [16]}}
     print("mapping:", p2pfed.run(mine, algorithm="gossip-avg", overrides={"training.lr": 0.1}).f1)
 
+    # A run spec: the scenario checked once, its method resolved, its data read on first use and
+    # kept; run it as it is (a change, e.g. another seed, makes a new spec).
+    spec = p2pfed.load(SCENARIO, algorithm="local", rounds=2)
+    print("run spec:", spec.method.name, "on", len(spec.federation.devices), "devices:", p2pfed.run(spec).f1)
+
     # Your own method: a class from your own module (here the example of examples/).
     from loss_weighted_gossip import LossWeightedGossip
     print(p2pfed.compare(SCENARIO, ["local", "gossip-avg", LossWeightedGossip], rounds=4)

@@ -1,10 +1,11 @@
 """The Python API: run, compare and sweep scenarios from a script or a notebook.
 
-``p2pfed.run`` is ``p2pfed run`` as a function: a scenario file, a mapping, or None (the
-embedded quickstart), the same overrides, and a ``Run`` back whose ``rounds`` and ``devices`` are
-the rows of ``rounds.csv`` and ``devices.csv`` as pandas DataFrames and whose ``summary`` is
-``summary.json``; files are written only when ``out`` is given. A method or a model may be a class
-or a function of the caller's own (named to the runtime as ``module:name``)::
+``p2pfed.run`` is ``p2pfed run`` as a function: a scenario file, a mapping, a run spec from
+``p2pfed.load``, or None (the embedded quickstart), the same overrides, and a ``Run`` back whose
+``rounds`` and ``devices`` are the rows of ``rounds.csv`` and ``devices.csv`` as pandas DataFrames
+and whose ``summary`` is ``summary.json``; files are written only when ``out`` is given. A method
+or a model may be a class or a function of the caller's own (named to the runtime as
+``module:name``)::
 
     import p2pfed
     run = p2pfed.run("scenarios/quickstart.yaml", algorithm="gossip-avg", rounds=20)
@@ -25,9 +26,10 @@ from p2pfed.engine.runner import Simulated, simulate, write_results
 from p2pfed.results.callbacks import Callback
 from p2pfed.results.compare import comparison_row
 from p2pfed.results.files import DEVICE_COLUMNS, DEVICE_PROTOCOL_COLUMNS, ROUND_COLUMNS, device_rows, folder_label
-from p2pfed.scenario.loader import LoadedScenario, load_mapping, load_scenario
+from p2pfed.scenario.loader import load_mapping, load_scenario
+from p2pfed.scenario.spec import RunSpec
 
-Scenario = str | Path | Mapping[str, Any] | None
+Scenario = str | Path | Mapping[str, Any] | RunSpec | None
 Overrides = Mapping[str, Any] | Sequence[str]
 
 
@@ -60,11 +62,15 @@ class Run:
 
 def load(scenario: Scenario = None, *, algorithm: str | type | None = None,
          model: str | Callable[..., Any] | None = None, rounds: int | None = None, seed: int | None = None,
-         overrides: Overrides = ()) -> LoadedScenario:
-    """The scenario, validated, with these changes — what ``run`` runs (a bad one raises
+         overrides: Overrides = ()) -> RunSpec:
+    """The scenario's run spec, validated, with these changes — what ``run`` runs (a bad one raises
     ``ScenarioError`` with one line per problem). ``overrides`` as a mapping, ``{"training.lr":
     0.1}``, and the keyword arguments are set as the Python values they are; as a list of
-    ``key=value`` texts they are read as ``--set`` reads them (YAML)."""
+    ``key=value`` texts they are read as ``--set`` reads them (YAML). A run spec given with no
+    changes is returned as it is (its federation, graph and contacts built once for every use)."""
+    if isinstance(scenario, RunSpec) and not (overrides or rounds is not None or seed is not None
+                                              or model is not None or algorithm is not None):
+        return scenario
     texts = [] if isinstance(overrides, Mapping) else list(overrides)
     values = dict(overrides) if isinstance(overrides, Mapping) else {}
     if rounds is not None:
@@ -73,7 +79,9 @@ def load(scenario: Scenario = None, *, algorithm: str | type | None = None,
         values["model.name"] = _name_of(model)
     if algorithm is not None:
         values["algorithm.name"] = _name_of(algorithm)
-    if isinstance(scenario, Mapping):   # relative paths in it resolve against the working directory
+    if isinstance(scenario, RunSpec):   # changed: its resolved scenario, loaded again with them
+        loaded = load_mapping(scenario.scenario.model_dump(), scenario.source, scenario.base_dir, texts, seed, values)
+    elif isinstance(scenario, Mapping):   # relative paths in it resolve against the working directory
         loaded = load_mapping(dict(scenario), "<scenario mapping>", Path.cwd(), texts, seed, values)
     else:
         loaded = load_scenario(scenario, texts, seed, values)
@@ -86,8 +94,8 @@ def run(scenario: Scenario = None, *, algorithm: str | type | None = None,
         model: str | Callable[..., Any] | None = None, rounds: int | None = None, seed: int | None = None,
         overrides: Overrides = (), out: str | Path | None = None, progress: bool = False,
         callbacks: Sequence[Callback] = ()) -> Run:
-    """Simulate ``scenario`` (a file, a mapping, or None for the embedded quickstart) with the
-    given method, model, rounds, seed and ``overrides`` (``{"training.lr": 0.1}`` or
+    """Simulate ``scenario`` (a file, a mapping, a run spec, or None for the embedded quickstart)
+    with the given method, model, rounds, seed and ``overrides`` (``{"training.lr": 0.1}`` or
     ``["training.lr=0.1"]``, as ``--set``); write the results files to ``out`` if given.
     ``callbacks`` hear each evaluation as it completes (``p2pfed.results.callbacks``)."""
     from p2pfed.engine.preflight import preflight

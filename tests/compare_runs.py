@@ -13,7 +13,10 @@ from typing import Any
 
 from p2pfed.engine.runner import run_scenario
 from p2pfed.results.callbacks import Callback
-from p2pfed.scenario.loader import LoadedScenario, load_scenario
+from p2pfed.scenario.loader import load_scenario
+
+# The share of local training's F1 gain over the untrained model a method must keep. Measured on
+from p2pfed.scenario.spec import RunSpec
 
 # The share of local training's F1 gain over the untrained model a method must keep. Measured on
 # the tests' planted data (synthetic-small, 6 devices, seed 3): the baselines keep 0.85-1.13 of it,
@@ -40,7 +43,7 @@ def starting_f1(rows: list[dict[str, Any]]) -> float:
     return float(first["f1_after_fusion_mean"])
 
 
-def run_from_start(loaded: LoadedScenario) -> tuple[dict[str, Any], float]:
+def run_from_start(loaded: RunSpec) -> tuple[dict[str, Any], float]:
     """The run's summary and the F1 its devices started from."""
     seen = Evaluations()
     summary = run_scenario(loaded, progress=False, callbacks=[seen])

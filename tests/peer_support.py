@@ -10,7 +10,7 @@ import zmq
 
 from p2pfed.peer.keys import load_pair, load_public, make_keys
 from p2pfed.peer.launcher import free_ports
-from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.transport import Message, encode
 from p2pfed.testing import whole_share, train_once
@@ -45,7 +45,7 @@ def write_peer_files(tmp: Path, n: int = 3, *, secure: bool = True, overrides: l
 def valid_message(sender: int, round: int = 0) -> tuple[Message, bytes]:
     """What device ``sender`` of the tiny scenario really sends in round 0."""
     loaded = load_scenario(SCENARIO, TINY)
-    algo = build_algorithm(loaded, load_scenario_dataset(loaded), sender)
+    algo = build_algorithm(loaded, loaded.federation, sender)
     train_once(algo, 0)
     p = whole_share(algo, 0)
     msg = Message(kind=algo.message_kind, sender=sender, round=round, sent_at=time.time(),

@@ -11,8 +11,9 @@ import pytest
 
 from p2pfed.algorithms.base import Payload
 from p2pfed.engine.runner import run_scenario
-from p2pfed.scenario.build import adversary_map, build_algorithm, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.build import adversary_map, build_algorithm
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "synthetic-small.yaml"
 GOSSIP = ["algorithm.name=gossip-avg", "rounds=10"]
@@ -20,7 +21,7 @@ GOSSIP = ["algorithm.name=gossip-avg", "rounds=10"]
 
 def _device(adversaries: str, device: int = 2):
     loaded = load_scenario(SCENARIO, [*GOSSIP, f"adversaries={adversaries}"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     return build_algorithm(loaded, dataset, device), dataset
 
 
@@ -138,7 +139,7 @@ FEDSUB = ["algorithm.name=fedsub"]
 
 def _fedsub_device(adversaries: str, device: int = 0):
     loaded = load_scenario(SCENARIO, [*FEDSUB, f"adversaries={adversaries}"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     return build_algorithm(loaded, dataset, device)
 
 

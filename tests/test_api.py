@@ -15,7 +15,7 @@ import pytest
 import p2pfed
 from p2pfed.cli.main import main
 from p2pfed.results.callbacks import Callback
-from p2pfed.scenario.loader import ScenarioError
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -111,3 +111,17 @@ def test_keyword_arguments_and_overrides_arrive_as_the_python_values_given():
     # A list of texts is the command line's language, read as --set reads it.
     with pytest.raises(ScenarioError, match="name: Input should be a valid string"):
         p2pfed.load(SCENARIO, overrides=["name=no"])
+
+
+def test_a_run_spec_from_load_runs_as_it_is_and_twice_gives_the_same_numbers():
+    spec = p2pfed.load(SCENARIO, algorithm="gossip-avg", rounds=2, overrides=SMALL)
+    assert p2pfed.load(spec) is spec                          # no change: the same spec, its parts built once
+    first, second = p2pfed.run(spec), p2pfed.run(spec)        # the second run on the parts the first used
+    fresh = p2pfed.run(SCENARIO, algorithm="gossip-avg", rounds=2, overrides=SMALL)
+    for run in (second, fresh):
+        pd.testing.assert_frame_equal(run.rounds.drop(columns="wall_time_s", errors="ignore"),
+                                      first.rounds.drop(columns="wall_time_s", errors="ignore"))
+        pd.testing.assert_frame_equal(run.devices, first.devices)
+    changed = p2pfed.load(spec, rounds=3, overrides={"training.lr": 0.2})   # changes make a new spec
+    assert (changed.scenario.rounds, changed.scenario.training.lr, changed.method) == (3, 0.2, spec.method)
+    assert changed.scenario.dataset == spec.scenario.dataset

@@ -7,20 +7,22 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from p2pfed.algorithms import Algorithm, MemoryTerm, algorithm_class
+from p2pfed.algorithms import Algorithm, MemoryTerm
 from p2pfed.cli.main import main
 from p2pfed.peer.config import load_peer_config
 from p2pfed.peer.data import DataFileError, load_own_data
 from p2pfed.peer.keys import make_keys
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.budget import memory_problems
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario, with_algorithm
+from p2pfed.scenario.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -69,18 +71,18 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_naming_the_field(capsys):
     assert [line.split(": ")[1] for line in lines] == ["model.hidden", "algorithm.kmeans_n_init", "rounds"]
     assert all("of memory" in line for line in lines)
     # The check is against the memory given: the quickstart fits a normal machine, not 1 MiB.
-    sc = load_scenario(QUICKSTART).scenario
-    assert memory_problems(sc, "q.yaml", algorithm_class(sc.algorithm.name), available=8 * 2**30) == []
-    (problem,) = memory_problems(sc, "q.yaml", algorithm_class(sc.algorithm.name), available=2**20)
-    assert problem.startswith("q.yaml: model.hidden: the run would need at least")
-    rwp = load_scenario(SMALL, ["contacts.kind=random-waypoint", "contacts.duration_s=1e9"]).scenario
-    problems = memory_problems(rwp, "r.yaml", algorithm_class(rwp.algorithm.name), available=2**30)
+    quickstart = load_scenario(QUICKSTART)
+    assert memory_problems(quickstart, available=8 * 2**30) == []
+    (problem,) = memory_problems(quickstart, available=2**20)
+    assert problem.startswith(f"{QUICKSTART}: model.hidden: the run would need at least")
+    rwp = load_scenario(SMALL, ["contacts.kind=random-waypoint", "contacts.duration_s=1e9"])
+    problems = memory_problems(rwp, available=2**30)
     assert [p.split(": ")[1] for p in problems] == ["contacts.step_s"]
     # ...but random waypoint no longer grows with device pairs (a k-d tree finds the pairs in
     # range): 1,000 devices walking for 8 hours sampled every 2 s fit in 4 GiB
     crowd = load_scenario(SMALL, ["contacts.kind=random-waypoint", "contacts.duration_s=28800",
-                                  "contacts.step_s=2", "dataset.synthetic.num_devices=1000"]).scenario
-    assert memory_problems(crowd, "r.yaml", algorithm_class(crowd.algorithm.name), available=4 * 2**30) == []
+                                  "contacts.step_s=2", "dataset.synthetic.num_devices=1000"])
+    assert memory_problems(crowd, available=4 * 2**30) == []
 
 
 def test_a_method_sizes_its_own_structures_for_the_memory_check():
@@ -93,11 +95,12 @@ def test_a_method_sizes_its_own_structures_for_the_memory_check():
         def memory_terms(cls, options, facts):
             return [MemoryTerm("algorithm.table_rows", facts.devices * 2**40, f"{facts.devices} devices × 1 TiB")]
 
-    sc = load_scenario(SMALL).scenario
-    assert memory_problems(sc, "s.yaml", Algorithm, available=2**30) == []
-    (problem,) = memory_problems(sc, "s.yaml", Hungry, available=2**30)
-    assert problem.startswith("s.yaml: algorithm.table_rows: the run would need at least ")
-    assert f"({sc.dataset.synthetic.num_devices} devices × 1 TiB)" in problem
+    small = load_scenario(SMALL)
+    plain, hungry = (replace(small, method=m, options=m.Options()) for m in (Algorithm, Hungry))
+    assert memory_problems(plain, available=2**30) == []
+    (problem,) = memory_problems(hungry, available=2**30)
+    assert problem.startswith(f"{SMALL}: algorithm.table_rows: the run would need at least ")
+    assert f"({small.scenario.dataset.synthetic.num_devices} devices × 1 TiB)" in problem
 
 
 # -- files: a damaged or wrong-format file names itself, its line, and the field -------------------
@@ -306,7 +309,7 @@ def test_option_values_are_one_line_errors(capsys):
 
 def test_set_algorithm_name_swaps_the_method_like_the_algorithm_option():
     swapped = load_scenario(QUICKSTART, ["algorithm.name=gossip-avg"])
-    assert swapped.scenario == load_scenario(QUICKSTART).with_algorithm("gossip-avg").scenario
+    assert swapped.scenario == with_algorithm(load_scenario(QUICKSTART), "gossip-avg").scenario
     assert swapped.scenario.algorithm.options == {}
     # An option given on the command line for the new method is kept, and checked.
     prox = load_scenario(QUICKSTART, ["algorithm.name=fedprox", "algorithm.mu=0.5"])

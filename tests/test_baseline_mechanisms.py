@@ -16,7 +16,7 @@ from p2pfed.engine.runner import run_scenario
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.network.topology import build_topology
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithms, build_class_schedule, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms, build_class_schedule
 from p2pfed.scenario.loader import load_scenario
 from tests.conftest import ROOT
 
@@ -60,7 +60,7 @@ def test_fedhome_never_balances_hidden_classes_and_takes_a_returning_one():
                             "model.hidden=[8]",
                             "dynamic.devices_fraction=1.0", "dynamic.max_removed_fraction=0.7",
                             "dynamic.return_every=6"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = build_algorithms(loaded, dataset)
     sched = build_class_schedule(loaded, dataset)
     assert sched is not None and sched.removed

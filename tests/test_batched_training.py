@@ -15,8 +15,8 @@ from p2pfed.learning import batched_training
 from p2pfed.learning.batched_training import TrainingJob, train_group, train_jobs
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
-from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.build import build_algorithms
+from p2pfed.scenario.loader import load_scenario, with_algorithm
 from tests.conftest import ROOT
 
 # Unequal devices: an empty one, a one-sample one, sizes that batch sizes 7 and 10 do not divide.
@@ -149,17 +149,17 @@ def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_roo
     """A method's ``train`` returns its job; the runtime batches the plain ones (cross-entropy on
     the whole model), runs the others alone, and a method that trains its own way returns None."""
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", ["dataset.synthetic.num_devices=3"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     batchable = {}
     for name in ALGORITHMS:
-        job = build_algorithms(loaded.with_algorithm(name), dataset)[0].train(0)
+        job = build_algorithms(with_algorithm(loaded, name), dataset)[0].train(0)
         batchable[name] = job is not None and job.batchable()
     # FedProto's pull needs averaged prototypes: before any arrive (round 0) its training is plain
     assert {n for n, b in batchable.items() if b} == {"local", "gossip-avg", "fedsub", "fedclar", "fedhome", "ditto",
                                                        "fedper", "fedproto"}
     # FedCLAR's clustered update, kept by its job's ``then`` after the batched training, is what
     # the training changed
-    algos = build_algorithms(loaded.with_algorithm("fedclar"), dataset)
+    algos = build_algorithms(with_algorithm(loaded, "fedclar"), dataset)
     before = [{n: p.detach().clone() for n, p in a.ctx.model.named_parameters()} for a in algos]
     jobs = [a.train(a.cluster_round) for a in algos]
     assert all(job.batchable() for job in jobs)

@@ -17,8 +17,9 @@ from p2pfed.algorithms.fedpews.neuron_masks import fixed_units, parameter_masks
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN
 from p2pfed.learning.units import unit_activations, unit_layers
-from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.build import build_algorithm
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.testing import fuse_once, train_once
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "digits-cnn.yaml"
@@ -36,7 +37,7 @@ def _loaded(name: str, *extra: str):
 
 def _devices(name: str, *extra: str, count: int = 2):
     loaded = _loaded(name, *extra)
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     return [build_algorithm(loaded, dataset, i) for i in range(count)]
 
 

@@ -11,7 +11,8 @@ from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.runner import run_scenario
 from p2pfed.network.contacts import ContactPlan, make_contact
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 from tests.test_opportunistic import Blob
 

@@ -11,8 +11,8 @@ import pytest
 
 from p2pfed.cli.main import main
 from p2pfed.data import DataError, PartitionSpec, load_files
-from p2pfed.scenario.build import load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 
 HEADER = "device,label,f0,f1\n"
 
@@ -235,7 +235,7 @@ def test_impossible_partition_is_a_scenario_error(tmp_path):
     sc = _scenario(tmp_path, _csv(tmp_path, _rows()),
                    "  partition:\n    kind: iid\n    num_devices: 5\n    min_samples: 10\n")
     with pytest.raises(ScenarioError, match=r"own.yaml: dataset.partition: 24 samples cannot give 5 devices"):
-        load_scenario_dataset(load_scenario(sc))
+        load_scenario(sc).federation
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -254,7 +254,7 @@ def test_example_scenario_runs(repo_root, tmp_path):
     from p2pfed.engine.runner import run_scenario
 
     loaded = load_scenario(repo_root / "scenarios" / "own-data-example.yaml", ["rounds=2"])
-    data = load_scenario_dataset(loaded)
+    data = loaded.federation
     assert len(data.devices) == 8 and data.class_names == ["alpha", "beta", "delta", "gamma"]
     assert (repo_root / "scenarios" / "data" / "own-data-example.csv").stat().st_size < 200_000
     summary = run_scenario(loaded, tmp_path, progress=False)
@@ -269,5 +269,5 @@ def test_example_scenario_runs(repo_root, tmp_path):
 
 def test_digits_scenario_validates(repo_root):
     loaded = load_scenario(repo_root / "scenarios" / "digits-dirichlet.yaml")
-    data = load_scenario_dataset(loaded)
+    data = loaded.federation
     assert len(data.devices) == 50 and data.num_features == 64 and data.num_classes == 10

@@ -228,11 +228,10 @@ def test_train_fraction_keeps_a_share_of_every_class_and_the_same_test_set(wisdm
 
 
 def test_train_fraction_is_a_scenario_key_seen_in_the_run(tmp_path):
-    from p2pfed.scenario.build import load_scenario_dataset
     from p2pfed.scenario.loader import load_scenario
 
-    full = load_scenario_dataset(load_scenario(None))
-    tenth = load_scenario_dataset(load_scenario(None, ["dataset.train_fraction=0.1"]))
+    full = load_scenario(None).federation
+    tenth = load_scenario(None, ["dataset.train_fraction=0.1"]).federation
     assert sum(d.num_train for d in tenth.devices) < 0.15 * sum(d.num_train for d in full.devices)
     with pytest.raises(Exception, match="train_fraction"):
         load_scenario(None, ["dataset.train_fraction=0"])
@@ -338,20 +337,21 @@ def test_features_keep_the_named_columns_in_order():
 def test_paperlike_scenario_has_the_journals_3_inputs(repo_root, capsys):
     from p2pfed.cli.main import main
     from p2pfed.scenario.budget import model_parameters
-    from p2pfed.scenario.build import build_device_model, load_scenario_dataset
-    from p2pfed.scenario.loader import ScenarioError, load_scenario
+    from p2pfed.scenario.build import build_device_model
+    from p2pfed.scenario.loader import load_scenario
+    from p2pfed.scenario.errors import ScenarioError
 
     path = repo_root / "scenarios" / "wisdm-paperlike.yaml"
     loaded = load_scenario(path)
     assert loaded.scenario.dataset.features == AXIS_MEANS
-    data = load_scenario_dataset(loaded)
+    data = loaded.federation
     assert data.num_features == 3 and len(data.devices) == 36
     assert all(d.x_train.shape[1] == d.x_test.shape[1] == 3 for d in data.devices)
     assert sum(d.num_train + d.num_test for d in data.devices) == 5418
     assert all((d.x_train[:, 0] == 0).all() for d in data.devices)   # XAVG: 0 in the published file
     model = build_device_model(loaded, data.num_features, data.num_classes)
     assert sum(p.numel() for p in model.parameters()) == model_parameters(loaded.scenario)
-    fed = load_scenario_dataset(load_scenario(path, ["dataset.scaling=federation"]))
+    fed = load_scenario(path, ["dataset.scaling=federation"]).federation
     assert fed.num_features == 3
     assert main(["validate", str(path), "--set", "dataset.features=[XAVG,XMEAN]"]) == 2
     assert "dataset.features: unknown WISDM feature(s) ['XMEAN']" in capsys.readouterr().out

@@ -14,7 +14,7 @@ from p2pfed.device import (
     Held, Intake, IntakeRules, encode_share, load_checkpoint, merge_parts, save_checkpoint)
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import fuse_once, train_once
 from tests.conftest import ROOT
@@ -75,7 +75,7 @@ def test_a_checkpoint_of_another_scenario_is_refused(tmp_path):
 def test_method_state_round_trips_through_a_checkpoint_file(name, tmp_path):
     """Everything a method keeps between rounds survives save/load: the next step is identical."""
     loaded = _loaded(name)
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = [build_algorithm(loaded, dataset, i) for i in range(3)]
     clique_rounds(algos, range(3))   # a few rounds of a 3-device clique, by hand, in the loop's order
     save_checkpoint(tmp_path / "a.ckpt", "test", "fp", algos[0].state_dict())
@@ -121,7 +121,7 @@ def test_fedclar_forms_clusters_on_planted_data_in_a_real_run(tmp_path):
 # -- the intake -----------------------------------------------------------------------------------
 def _intake(**rules):
     loaded = _loaded("gossip-avg")
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algo = build_algorithm(loaded, dataset, 0)
     sender = build_algorithm(loaded, dataset, 1)
     train_once(sender, 0)

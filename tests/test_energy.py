@@ -16,8 +16,8 @@ from p2pfed.energy import PROFILES, RADIOS
 from p2pfed.energy.work import training_flops
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.model import build_model
-from p2pfed.scenario.build import load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -94,7 +94,7 @@ def test_doubling_a_devices_samples_doubles_its_step_time_and_compute_energy(pla
     for per_class in (16, 32):
         overrides = [f"dataset.synthetic.samples_per_class={per_class}", SLOW]
         loaded = load_scenario(SCENARIO, SMALL + overrides)
-        samples = [len(d.y_train) for d in load_scenario_dataset(loaded).devices]
+        samples = [len(d.y_train) for d in loaded.federation.devices]
         runs[per_class] = (samples, *_run(tmp_path, f"n{per_class}", overrides))
     (small, s_sum, s_dev, _), (large, l_sum, l_dev, _) = runs[16], runs[32]
     assert large == [2 * n for n in small]                       # the data doubled, device by device
@@ -301,14 +301,11 @@ def test_named_classes_carry_the_measured_figures_they_cite():
 
 def test_profiles_are_drawn_by_fraction_from_the_seed():
     assert set(PROFILES) >= {"watch", "phone", "laptop"}
-    from p2pfed.scenario.devices import build_energy_plan
-
-    loaded = load_scenario(SCENARIO, ["devices.profiles=[{name: watch, fraction: 0.25}, "
-                                      "{name: laptop, fraction: 0.75}]"])
-    plan = build_energy_plan(loaded, 12)
+    overrides = ["devices.profiles=[{name: watch, fraction: 0.25}, {name: laptop, fraction: 0.75}]"]
+    plan = load_scenario(SCENARIO, overrides).energy_plan   # over the scenario's 12 devices
     assert plan is not None and plan.profiles is not None
     assert [p.name for p in plan.profiles].count("watch") == 3
-    assert build_energy_plan(loaded, 12) == plan                   # same seed, same draw
+    assert load_scenario(SCENARIO, overrides).energy_plan == plan          # same seed, same draw
 
 
 def test_training_a_method_does_inside_train_counts_too(tmp_path):

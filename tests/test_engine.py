@@ -7,7 +7,7 @@ import pytest
 from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.network.topology import TopologyError, build_topology
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
 
 
@@ -48,7 +48,7 @@ def _two_device_sim(repo_root, bandwidth_bps, latency_s, period):
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                            ["algorithm.name=gossip-avg", "dataset.synthetic.num_devices=2",
                             "model.hidden=[64]", "rounds=1"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = build_algorithms(loaded, dataset)
     g = nx.Graph()
     g.add_edge(0, 1, bandwidth_bps=bandwidth_bps, latency_s=latency_s)
@@ -83,7 +83,7 @@ def test_connection_setup_delays_each_links_first_message_only(tmp_path, repo_ro
     0.2 s links here); every later message takes latency + size / bandwidth as before, and with
     rounds long enough the same artifacts are fused: the same F1."""
     from p2pfed.engine.runner import run_scenario
-    from p2pfed.scenario.loader import ScenarioError
+    from p2pfed.scenario.errors import ScenarioError
 
     base = ["algorithm.name=gossip-avg", "dataset.synthetic.num_devices=3", "model.hidden=[16]", "rounds=3",
             "topology.kind=complete", "topology.latency_s=0.2", "topology.bandwidth_bps=1e6"]

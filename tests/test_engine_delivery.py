@@ -13,7 +13,7 @@ from p2pfed.device import IntakeRules, merge_parts
 from p2pfed.device.wire import encode_share
 from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import train_once
 
@@ -24,7 +24,7 @@ MAX = 1 << 20
 def federation(algorithm: str = "gossip-avg", n: int = 4):
     loaded = load_scenario(SCENARIOS / "synthetic-small.yaml",
                            [f"algorithm.name={algorithm}", f"dataset.synthetic.num_devices={n}"])
-    algorithms = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algorithms = build_algorithms(loaded, loaded.federation)
     recorder = Recorder(n)
     return algorithms, recorder, Delivery(algorithms, recorder, IntakeRules(MAX, rounds=5, num_devices=n))
 

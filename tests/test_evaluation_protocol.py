@@ -12,7 +12,7 @@ from p2pfed.engine.simulation import RoundSchedule, Simulation
 from p2pfed.network.topology import build_topology
 from p2pfed.results.files import read_csv
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithms, build_class_schedule, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms, build_class_schedule
 from p2pfed.scenario.loader import load_scenario
 from tests.conftest import ROOT
 
@@ -57,7 +57,7 @@ def _spy_on_evaluations(test_classes: str):
     loaded = load_scenario(SCENARIO, [*SMALL, "rounds=7", "algorithm.name=gossip-avg",
                                       "dynamic.devices_fraction=1.0", "dynamic.max_removed_fraction=0.75",
                                       "dynamic.return_every=2", f"dynamic.test_classes={test_classes}"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = build_algorithms(loaded, dataset)
     sched = build_class_schedule(loaded, dataset)
     seen: dict[tuple[int, int], tuple[set, set]] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2pfed.cli.main import main
+from p2pfed.cli.main import EXIT_BAD_INPUT, main
 from p2pfed.extras import MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,3 +60,14 @@ def test_smote_balancing_without_imbalanced_learn_names_the_extra(monkeypatch):
     x, y = np.random.default_rng(0).normal(size=(9, 3)), np.array([0] * 6 + [1] * 3)
     with pytest.raises(MissingExtra, match=r"^fedhome needs imbalanced-learn: pip install 'p2pfed\[smote\]'$"):
         smote_balance(x, y, k_neighbors=2, seed=0)
+
+
+def test_validating_a_fedhome_run_without_imbalanced_learn_names_the_extra(monkeypatch, capsys):
+    without(monkeypatch, "imblearn", "imblearn.over_sampling")
+    scenario = str(ROOT / "scenarios" / "synthetic-small.yaml")
+    assert main(["validate", scenario, "--set", "algorithm.name=fedhome"]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().out == (f"{scenario}: algorithm.name: fedhome needs imbalanced-learn: "
+                                       "pip install 'p2pfed[smote]'\n")
+    # without the fine-tune FedHome draws no SMOTE samples, so it needs no imbalanced-learn
+    assert main(["validate", scenario, "--set", "algorithm.name=fedhome", "--set", "algorithm.fine_tune_rounds=0"]) == 0
+    assert capsys.readouterr().out == f"{scenario}: ok\n"

@@ -21,7 +21,7 @@ from p2pfed.engine.runner import run_scenario
 from p2pfed.algorithms.fedali.alignment import ALPLayer, kmeans_prototypes, marginal_error, sinkhorn_plan
 from p2pfed.learning.training import evaluate
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithm, build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithm, build_algorithms
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import Federation, fuse_once, train_once
 from tests.compare_runs import keeps_local_gain, run_from_start
@@ -184,7 +184,7 @@ def _trained_pair(*overrides: str):
     """Devices 0 and 1 after one training each (γ = 0.5: the local prototypes move far from the
     shared start), device 1's share in device 0's cache."""
     loaded = load_scenario(SCENARIO, SMALL + ["algorithm.gamma=0.5", *overrides])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     a, b = (build_algorithm(loaded, dataset, i) for i in (0, 1))
     for algo in (a, b):
         train_once(algo, 0)
@@ -224,7 +224,7 @@ def test_the_evaluation_after_fusion_scores_the_personal_prototypes_in_a_federat
     """Through the device loop (fuse, then the due evaluation): every device's recorded loss is
     that of its model with the prototypes its last training left, not with the global ones."""
     loaded = load_scenario(SCENARIO, SMALL + ["algorithm.gamma=0.5"])
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algos = build_algorithms(loaded, loaded.federation)
     fed = Federation(algos, batched=True)
     fed.round()                                                        # train, share
     personal = [a.alp.local_prototypes.clone() for a in algos]
@@ -283,7 +283,7 @@ def test_a_payload_with_bad_prototypes_is_refused():
     from p2pfed.algorithms import ArtifactError
 
     loaded = load_scenario(SCENARIO, SMALL)
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     a, b = build_algorithm(loaded, dataset, 0), build_algorithm(loaded, dataset, 1)
     payload = b.share(0)
     payload.tensors["local_prototypes"] = payload.tensors["local_prototypes"][:3]
@@ -305,7 +305,7 @@ def test_hidden_layer_past_the_model_is_reported_naming_the_field(tmp_path, caps
 
 def test_aligning_the_first_hidden_layer_shrinks_the_share():
     loaded = load_scenario(SCENARIO, SMALL)
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     last = build_algorithm(loaded, dataset, 0).share(0)
     first = build_algorithm(load_scenario(SCENARIO, SMALL + ["algorithm.hidden_layer=1"]), dataset, 0).share(0)
     assert last.tensors["local_prototypes"].shape == (8, 32) and first.tensors["local_prototypes"].shape == (8, 16)
@@ -320,7 +320,7 @@ GEN = ["dataset.synthetic.num_devices=4", "dataset.synthetic.samples_per_class=1
 
 def test_generalization_is_each_devices_macro_f1_on_the_other_devices_pooled_test_data():
     loaded = load_scenario(SCENARIO, GEN + ["evaluation.generalization=true"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = build_algorithms(loaded, dataset)
     recorder = Recorder(len(algos))
     for i, algo in enumerate(algos):

@@ -14,8 +14,9 @@ from p2pfed.data.dynamic import draw_class_schedule
 from p2pfed.algorithms.fedsub.collaborative import predict_missing, similarity_matrix
 from p2pfed.algorithms.fedsub.privacy import noise_std
 from p2pfed.algorithms.fedsub.subnetworks import parameter_masks
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.build import build_algorithms
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.testing import whole_share, fuse_once, train_once
 from tests.compare_runs import keeps_local_gain, run_from_start
 
@@ -80,7 +81,7 @@ def _exchange(algos, round=0):
 
 def _build(repo_root, extra=(), seed=3):
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", [*SMALL, *extra], seed=seed)
-    return build_algorithms(loaded, load_scenario_dataset(loaded))
+    return build_algorithms(loaded, loaded.federation)
 
 
 def _overlap_violations(fusion: str) -> tuple[int, int, int]:
@@ -250,7 +251,7 @@ def test_dynamic_scenario_trains_on_the_scheduled_classes_and_tests_on_all(repo_
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                            [*SMALL, "rounds=7", "algorithm.name=local", "dynamic.devices_fraction=0.5",
                             "dynamic.return_every=2", "dynamic.test_classes=all"])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     algos = build_algorithms(loaded, dataset)
     sched = build_class_schedule(loaded, dataset)
     assert sched is not None and len(sched.removed) == 3

@@ -17,7 +17,7 @@ from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.data.dataset import FederatedDataset
 from p2pfed.engine import runner
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithms, load_scenario_dataset
+from p2pfed.scenario.build import build_algorithms
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import fuse_once
 from tests.conftest import ROOT
@@ -81,8 +81,8 @@ def test_fedsub_fuses_with_cluster_mates_in_a_real_run(repo_root, tmp_path):
     assert stats["fusions_with_mate_fraction"] > 0.5, stats
     # the bounded K rule finds the planted groups (3 per class; of 3, 3 and 2 of the 8 devices):
     # as many clusters, and each device's cluster is its group (the literal rule's K beside it)
-    groups = load_scenario_dataset(load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
-                                                 [*SMALL, "rounds=4"])).groups
+    groups = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                                                 [*SMALL, "rounds=4"]).federation.groups
     sizes = [np.count_nonzero(groups[:, c] == groups[d, c]) for d in range(len(groups)) for c in range(groups.shape[1])]
     assert stats["k_mean"] == pytest.approx(np.mean([len(np.unique(g)) for g in groups.T])), stats
     assert stats["cluster_size_mean"] == pytest.approx(np.mean(sizes)), stats
@@ -100,7 +100,7 @@ def _run_keeping_devices(overrides: list[str]) -> tuple[dict, list, FederatedDat
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runner, "build_algorithms", lambda *a, **k: kept.extend(build(*a, **k)) or kept)
         summary = runner.run_scenario(loaded, progress=False)
-    return summary, kept, load_scenario_dataset(loaded)
+    return summary, kept, loaded.federation
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_two_phase_sends_fewer_bytes_and_still_fuses_with_mates(repo_root, tmp_p
 def test_two_phase_subnetworks_go_only_to_the_mates_that_asked_for_those_classes(repo_root):
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
                            [*SMALL, "algorithm.exchange=two-phase"])
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algos = build_algorithms(loaded, loaded.federation)
     everyone = list(range(len(algos)))
     for a in algos:
         a.ctx.neighbours = lambda a=a: [j for j in everyone if j != a.ctx.device_id]
@@ -214,7 +214,7 @@ def test_an_expired_part_leaves_the_peer_view_before_the_peers_next_part_arrives
     """The TTL drops a peer's parts at a step with nothing new to fuse; the peer's next part then
     merges with what is left (this raised KeyError at 1,000 devices over random-waypoint contacts)."""
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL)
-    me, peer = build_algorithms(loaded, load_scenario_dataset(loaded))[:2]
+    me, peer = build_algorithms(loaded, loaded.federation)[:2]
     protos, subnetworks = peer.share(0)
     for t, p in ((0.0, protos), (5.0, subnetworks)):
         me.receive(Received(sender=1, round=0, sent_at=t, received_at=t, payload=p))

@@ -8,7 +8,8 @@ import pytest
 from p2pfed.engine.runner import run_scenario
 from p2pfed.algorithms.fedsub.clustering import choose_k_by_dbi_many
 from p2pfed.engine.offload import ComputeWhenAsked, HelperProcess
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 
 PARAMS = {"k_max": 6, "n_init": 2, "min_cluster_size": 2, "k_rule": "min-size", "seed": 3}
 

@@ -11,7 +11,8 @@ from p2pfed.algorithms.base import Payload, Received
 from p2pfed.cli.main import main
 from p2pfed.engine.runner import run_scenario
 from p2pfed.scenario.build import build_algorithms
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario, with_algorithm
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.testing import whole_share, fuse_once, train_once
 
 SMALL = ["dataset.synthetic.num_devices=6", "dataset.synthetic.samples_per_class=20", "model.hidden=[16,32]",
@@ -57,10 +58,9 @@ def test_algorithms_see_their_current_neighbours(repo_root):
     from p2pfed.network.contacts import ContactPlan, make_contact
     from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
     from p2pfed.results.recorder import Recorder
-    from p2pfed.scenario.build import load_scenario_dataset
 
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL[:3])
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algos = build_algorithms(loaded, loaded.federation)
     plan = ContactPlan(6, [make_contact(0, 1, 10.0, 20.0, 1e6, 0.0), make_contact(0, 4, 15.0, 30.0, 1e6, 0.0)])
     sim = OpportunisticSimulation(algos, plan, AsyncSchedule(duration_s=40.0, train_period_s=100.0,
                                                              eval_every_s=40.0),
@@ -140,8 +140,7 @@ def test_contact_keys_are_validated(tmp_path):
 
 def test_fedsub_parts_fuse_exactly_like_the_whole_payload(repo_root):
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL[:3])
-    from p2pfed.scenario.build import load_scenario_dataset
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
 
     def fused(split: bool):
         algos = build_algorithms(loaded, dataset)
@@ -161,8 +160,7 @@ def test_fedsub_parts_fuse_exactly_like_the_whole_payload(repo_root):
 
 def test_fedsub_peer_known_only_by_prototypes_does_not_change_parameters(repo_root):
     loaded = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml", SMALL[:3])
-    from p2pfed.scenario.build import load_scenario_dataset
-    algos = build_algorithms(loaded, load_scenario_dataset(loaded))
+    algos = build_algorithms(loaded, loaded.federation)
     for a in algos:
         train_once(a, 0)
     me = algos[0]
@@ -183,7 +181,7 @@ def test_every_registered_method_runs_over_contacts(repo_root):
     base = load_scenario(repo_root / "scenarios" / "opportunistic-trace-example.yaml",
                          ["contacts.duration_s=600", "evaluation.every_s=600"])
     for name in sorted(ALGORITHMS):
-        s = run_scenario(base.with_algorithm(name), progress=False)
+        s = run_scenario(with_algorithm(base, name), progress=False)
         assert s["asynchronous"]["trainings_per_device"] == 10.0, name
         # fedhome's default 10 fine-tune rounds cover all 10 trainings: it never sends, by design
         assert (s["comm"]["transfers_started"] > 0) == (name not in ("local", "fedhome")), name

@@ -28,7 +28,8 @@ from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.emulated import launch_emulated, link_models
 from p2pfed.peer.launcher import launch
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.contacts import partners, peer_neighbours, scenario_contacts
+from p2pfed.scenario.build import peer_neighbours
+from p2pfed.scenario.contacts import partners
 from p2pfed.scenario.loader import launch_problems, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,8 +56,8 @@ def test_a_contact_link_carries_packets_only_within_its_windows():
 
 def test_link_models_follow_the_contact_plan_in_wall_clock_time():
     loaded = _loaded(4)
-    plan, duration = scenario_contacts(loaded, 4)
-    links = link_models(loaded, 4, speedup=10)
+    plan, duration = loaded.contacts
+    links = link_models(loaded, speedup=10)
     first = plan.contacts[0]
     model = links[first.a, first.b]
     assert links[first.b, first.a] == model
@@ -64,7 +65,7 @@ def test_link_models_follow_the_contact_plan_in_wall_clock_time():
     assert model.is_up(first.start / 10 + 1e-6) and not model.is_up(min(first.end, duration) / 10 + 1e-6)
     met = {tuple(sorted(pair)) for pair in links}
     assert met == {(c.a, c.b) for c in plan.contacts if c.start < duration}
-    assert peer_neighbours(loaded, 4)[0] == partners(plan, duration)
+    assert peer_neighbours(loaded)[0] == partners(plan, duration)
 
 
 def test_an_intake_returns_contact_messages_to_the_runtime():
@@ -140,7 +141,7 @@ def test_a_plan_over_contacts_needs_one_start_time_and_lists_whom_each_peer_meet
     assert main(args) == 2
     assert "--start-at" in capsys.readouterr().err
     assert main([*args, "--start-at", "1900000000", "--speedup", "5"]) == 0
-    plan, duration = scenario_contacts(_loaded(4), 4)
+    plan, duration = _loaded(4).contacts
     for i, met in enumerate(partners(plan, duration)):
         peer = yaml.safe_load((tmp_path / "bundle" / f"peer-{i}" / "peer.yaml").read_text())
         assert [n["id"] for n in peer["neighbours"]] == met

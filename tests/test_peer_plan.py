@@ -19,6 +19,8 @@ from p2pfed.peer.launcher import free_ports
 from p2pfed.scenario.loader import load_scenario
 from tests.peer_support import SCENARIO, TINY
 
+SWAP = "algorithm.name=gossip-avg"   # the scenario file's method is fedsub
+
 
 def _plan(tmp_path: Path, capsys, hosts: list, *extra: str) -> tuple[int, str]:
     hosts_file = tmp_path / "hosts.yaml"
@@ -29,8 +31,9 @@ def _plan(tmp_path: Path, capsys, hosts: list, *extra: str) -> tuple[int, str]:
 
 
 def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_a_simulation(tmp_path, capsys):
+    """Run with another method than the scenario file's, whose swap the merged results say too."""
     ports = free_ports(3)
-    code, err = _plan(tmp_path, capsys, [f"127.0.0.1:{p}" for p in ports])
+    code, err = _plan(tmp_path, capsys, [f"127.0.0.1:{p}" for p in ports], "--set", SWAP)
     assert code == 0, err
     bundle = tmp_path / "bundle"
     # Moved elsewhere, as a user copies folders to hosts: nothing in them points back here.
@@ -50,12 +53,13 @@ def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_
     assert all("WITHOUT encryption" not in o for o in outputs)          # CURVE, the default
     assert main(["merge", str(moved), "--out", str(tmp_path / "merged")]) == 0
     real = json.loads((tmp_path / "merged" / "summary.json").read_text())
-    sim = run_scenario(load_scenario(SCENARIO, TINY), tmp_path / "sim", progress=False)
+    sim = run_scenario(load_scenario(SCENARIO, [*TINY, SWAP]), tmp_path / "sim", progress=False)
     assert real["runtime"]["kind"] == "plan" and real["runtime"]["secure"] is True
     assert real["devices"] == 3 and real["comm"]["messages_dropped"] == 0
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
     assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
     assert real["config"] == sim["config"]                                 # the same resolved scenario
+    assert real["swapped"] == sim["swapped"] and real["swapped"]["to"] == "gossip-avg"
 
 
 def test_bad_hosts_files_are_one_line_per_problem(tmp_path, capsys):

@@ -23,7 +23,7 @@ from p2pfed.cli.main import main
 from p2pfed.peer.config import load_peer_config
 from p2pfed.peer.keys import load_pair, load_public, make_keys
 from p2pfed.peer.runtime import Peer
-from p2pfed.scenario.loader import ScenarioError
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.transport import Message, encode
 from tests.peer_support import client, valid_message, write_peer_files
 

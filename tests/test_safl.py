@@ -28,7 +28,8 @@ from p2pfed.algorithms.safl.slimming import (
     zero_pruned_factors,
 )
 from p2pfed.scenario.build import build_algorithm
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Message, encode
 from p2pfed.testing import train_once
@@ -217,8 +218,7 @@ def test_a_schedule_longer_than_the_run_is_refused_naming_the_option():
 
 def test_a_malformed_share_is_refused():
     loaded = load_scenario(SCENARIO, SMALL)
-    from p2pfed.scenario.build import load_scenario_dataset
-    algo = build_algorithm(loaded, load_scenario_dataset(loaded), 0)
+    algo = build_algorithm(loaded, loaded.federation, 0)
     train_once(algo, 0)
     good = algo.share(0)
     algo.check(good)

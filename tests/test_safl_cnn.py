@@ -19,8 +19,9 @@ from p2pfed.algorithms.safl.slimming import (element_masks, factor_names, gate_v
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN
-from p2pfed.scenario.build import build_algorithm, load_scenario_dataset
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.build import build_algorithm
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.testing import train_once
 from tests.test_cnn import SCENARIO, SMALL
 
@@ -233,7 +234,7 @@ def test_a_device_restored_from_its_state_recovers_the_same_channels():
     """The state carries the pruned channels' BN shifts that ModelRecover gives back: a device
     rebuilt from it between two prunings trains on bit for bit like the original."""
     loaded = load_scenario(SCENARIO, RUN)
-    data = load_scenario_dataset(loaded)
+    data = loaded.federation
     algo = build_algorithm(loaded, data, 0)
     for r in (0, 1):                                      # r_1 = 0.1 prunes one channel
         train_once(algo, r)

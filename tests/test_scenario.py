@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from p2pfed.cli.main import main
-from p2pfed.scenario.loader import ScenarioError, embedded_default_text, load_scenario
+from p2pfed.scenario.loader import embedded_default_text, load_scenario
+from p2pfed.scenario.errors import ScenarioError
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
@@ -79,3 +80,29 @@ def test_missing_scenario_file_is_one_line(tmp_path):
 def test_embedded_default_is_the_quickstart(repo_root):
     assert embedded_default_text() == (repo_root / "scenarios" / "quickstart.yaml").read_text()
     assert load_scenario(None).scenario.name == "quickstart"
+
+
+def test_the_loader_turns_each_name_into_its_class_once_and_the_run_never_again(repo_root, tmp_path, monkeypatch):
+    """A user's method and model are named by file: each is looked up when the scenario is loaded
+    (through a swap of the method as well), and building, checking and running the devices use
+    the classes the run spec holds."""
+    import p2pfed.algorithms.registry as registry
+    import p2pfed.learning.model as model
+    from p2pfed.engine.runner import simulate
+
+    (tmp_path / "mine.py").write_text(
+        "import torch\nfrom p2pfed.algorithms import Algorithm\n\n\nclass Mine(Algorithm):\n    name = 'mine'\n\n\n"
+        "def tiny(input_size, num_classes, generator):\n    return torch.nn.Linear(input_size, num_classes)\n")
+    looked_up = []
+    for module in (registry, model):
+        real = module.load_object
+        monkeypatch.setattr(module, "load_object", lambda name, *a, real=real, **k: looked_up.append(name)
+                            or real(name, *a, **k))
+    method, factory = f"{tmp_path / 'mine.py'}:Mine", f"{tmp_path / 'mine.py'}:tiny"
+    spec = load_scenario(repo_root / "scenarios" / "synthetic-small.yaml",
+                         [f"algorithm.name={method}", f"model.name={factory}", "rounds=1",
+                          "dataset.synthetic.num_devices=3", "dataset.synthetic.samples_per_class=6"])
+    assert spec.swapped is not None and spec.method.__name__ == "Mine" and spec.model_factory.__name__ == "tiny"
+    done = simulate(spec, progress=False)
+    assert done is not None and done.summary["algorithm"] == "mine"
+    assert looked_up == [method, factory]

@@ -12,7 +12,8 @@ from p2pfed.cli.main import main
 from p2pfed.device.contact_protocol import wire_bytes
 from p2pfed.engine.runner import run_scenario
 from p2pfed.peer.config import load_peer_config
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"

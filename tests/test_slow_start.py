@@ -6,7 +6,8 @@ import torch
 
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.network.slow_start import INITIAL_WINDOW_SEGMENTS, RTO_FLOOR_S, SEGMENT_BYTES, Window, send
-from p2pfed.scenario.loader import ScenarioError, load_scenario
+from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.errors import ScenarioError
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"

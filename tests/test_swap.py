@@ -9,7 +9,7 @@ import yaml
 
 import p2pfed
 from p2pfed.cli.main import main
-from p2pfed.scenario.loader import load_scenario
+from p2pfed.scenario.loader import load_scenario, with_algorithm
 from tests.conftest import ROOT
 
 OPPORTUNISTIC = ROOT / "scenarios" / "opportunistic-poisson.yaml"
@@ -30,7 +30,7 @@ def test_a_method_that_forwards_nothing_of_the_files_turns_forwarding_off_and_sa
 
 def test_every_way_of_swapping_gives_the_same_scenario_and_the_same_report():
     by_set = load_scenario(OPPORTUNISTIC, ["algorithm.name=gossip-avg"])
-    by_compare = load_scenario(OPPORTUNISTIC).with_algorithm("gossip-avg")
+    by_compare = with_algorithm(load_scenario(OPPORTUNISTIC), "gossip-avg")
     by_api = p2pfed.load(OPPORTUNISTIC, algorithm="gossip-avg")
     assert by_set.scenario == by_compare.scenario == by_api.scenario
     assert by_set.swapped == by_compare.swapped == by_api.swapped

@@ -495,3 +495,20 @@ def test_pool_seeds_joins_seeds_run_later_and_refuses_another_setting(two_worker
     summary_file.write_text(json.dumps(data))
     with pytest.raises(SystemExit, match="gave another F1"):
         pool_seeds.pool([out, more])
+
+
+def test_a_configurations_label_leaves_out_a_swept_option_its_method_ran_without():
+    """Read from the cell's summary.json (its resolved options), so ``p2pfed report`` needs neither
+    the method's code nor its name resolved again."""
+    from p2pfed.sweeps.aggregate import CellResult
+    from p2pfed.sweeps.cells import CellSpec, Point
+    from p2pfed.sweeps.paired import label
+
+    def result(method: str, options: dict) -> CellResult:
+        cell = CellSpec("0" * 64, method, 1, None, ())
+        point = Point(method, 1, (("algorithm.fusion", "overlap"), ("training.lr", 0.1)), cell)
+        return CellResult(point, "done", summary={"algorithm": method,
+                                                  "config": {"algorithm": {"name": method, **options}}})
+
+    assert label(result("fedsub", {"fusion": "overlap"})) == "fedsub algorithm.fusion=overlap training.lr=0.1"
+    assert label(result("gossip-avg", {})) == "gossip-avg training.lr=0.1"

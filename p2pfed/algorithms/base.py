@@ -55,6 +55,7 @@ from p2pfed.learning.batched_fusion import FusionJob
 from p2pfed.learning.units import has_units
 from p2pfed.learning.batched_training import TrainingJob
 from p2pfed.learning.training import ExtraLoss, TrainingConfig
+from p2pfed.extras import Requirement
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -310,6 +311,12 @@ class Algorithm(ABC, Generic[OptionsT]):
     def memory_terms(cls, options: BaseOptions, facts: MemoryFacts) -> list[MemoryTerm]:
         """Lower bounds on the memory of the structures only this method builds, checked before a
         run (``algorithms/memory.py``); the default builds none worth checking."""
+        return []
+
+    @classmethod
+    def requirements(cls, options: BaseOptions) -> list[Requirement]:
+        """The optional packages it needs with these options (``p2pfed.extras``): loading a
+        scenario refuses it where one is missing, in one line naming the extra to install."""
         return []
 
     # -- hooks -------------------------------------------------------------------------------

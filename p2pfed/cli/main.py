@@ -12,7 +12,9 @@ import math
 import sys
 from pathlib import Path
 
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
+from p2pfed.scenario.loader import launch_problems, load_scenario, with_algorithm
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.swap import LOG as SWAP_LOG
 from p2pfed.sweeps.cli import add_commands as add_sweep_commands
 
@@ -68,7 +70,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [*args.overrides, *extra]
 
 
-def _load(args: argparse.Namespace) -> LoadedScenario:
+def _load(args: argparse.Namespace) -> RunSpec:
     """The scenario, validated, with its files read and its memory estimated: before any work."""
     from p2pfed.engine.preflight import preflight
 
@@ -165,7 +167,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 DATA_CHECKED_BY_VALIDATE = ("files", "digits")
 
 
-def _compared(loaded: LoadedScenario, text: str) -> list[LoadedScenario]:
+def _compared(loaded: RunSpec, text: str) -> list[RunSpec]:
     """``--algorithms a,b,c``: the scenario run with each (at least one, each known, none twice),
     each swap said once."""
     names = [a.strip() for a in text.split(",") if a.strip()]
@@ -174,7 +176,7 @@ def _compared(loaded: LoadedScenario, text: str) -> list[LoadedScenario]:
     problems, runs = [], []
     for name in dict.fromkeys(names):
         try:
-            runs.append(loaded.with_algorithm(name))
+            runs.append(with_algorithm(loaded, name))
         except ScenarioError as exc:
             problems += [f"--algorithms: {line.removeprefix(f'{loaded.source}: ').removeprefix('algorithm.name: ')}"
                          for line in exc.problems]
@@ -191,7 +193,6 @@ def _compared(loaded: LoadedScenario, text: str) -> list[LoadedScenario]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from p2pfed.engine.preflight import preflight
-    from p2pfed.scenario.build import load_scenario_dataset
 
     bad = 0
     for path in args.scenarios:
@@ -199,7 +200,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             loaded = load_scenario(path, args.overrides)
             preflight(loaded)
             if loaded.scenario.dataset.name in DATA_CHECKED_BY_VALIDATE:
-                load_scenario_dataset(loaded)
+                loaded.federation   # reading it finds a bad column or an impossible partition
             if args.launch and (problems := launch_problems(loaded)):
                 raise ScenarioError(problems)
             print(f"{path}: ok")
@@ -270,9 +271,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if emulated:
             from p2pfed.peer.emulated import launch_emulated
             from p2pfed.peer.faults import load_faults
-            from p2pfed.scenario.build import load_scenario_dataset
-
-            faults = load_faults(Path(args.faults), len(load_scenario_dataset(loaded).devices)) if args.faults else None
+            faults = load_faults(Path(args.faults), loaded.num_devices) if args.faults else None
             summary = launch_emulated(loaded, out, insecure=args.insecure, loss=args.loss, jitter_s=args.jitter,
                                       faults=faults, faults_source=args.faults or "faults",
                                       timeout_s=args.timeout, timing=_timing(args),
@@ -291,7 +290,6 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from p2pfed.peer.bundle import read_hosts, write_bundle
-    from p2pfed.scenario.build import load_scenario_dataset
 
     loaded = _load(args)
     if (loaded.scenario.contacts.kind != "none" or args.shared_grid) and args.start_at is None:
@@ -300,7 +298,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
               "give --start-at UNIX_TIME (clocks synchronised, e.g. by NTP)", file=sys.stderr)
         return 2
     _check_outputs(Path(args.out))
-    endpoints = read_hosts(Path(args.hosts), len(load_scenario_dataset(loaded).devices))
+    endpoints = read_hosts(Path(args.hosts), loaded.num_devices)
     configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args),
                            start_time=args.start_at)
     print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from p2pfed.data.dataset import FederatedDataset
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 
 MIB = 2**20
 GIB = 2**30
@@ -93,7 +94,7 @@ def resolve_device(requested: str, source: str) -> str:
     raise ScenarioError([f"{source}: engine.device: cuda requested but {why}; use cpu or auto"])
 
 
-def expected_degree(loaded: LoadedScenario, devices: int) -> float | None:
+def expected_degree(loaded: RunSpec, devices: int) -> float | None:
     """Mean neighbours per device, known from the scenario without building the graph (a
     complete graph over 10,000 devices alone would not fit); None when only the graph knows."""
     sc, topo = loaded.scenario, loaded.scenario.topology
@@ -103,7 +104,7 @@ def expected_degree(loaded: LoadedScenario, devices: int) -> float | None:
             "random-regular": min(devices - 1, topo.degree)}.get(topo.kind)
 
 
-def check_memory(loaded: LoadedScenario, dataset: FederatedDataset, graph: nx.Graph | None = None) -> MemoryEstimate:
+def check_memory(loaded: RunSpec, dataset: FederatedDataset, graph: nx.Graph | None = None) -> MemoryEstimate:
     """Raise a ScenarioError naming the field to change if the run would not fit in memory
     (``graph``: the built graph, for topologies whose degree only it knows)."""
     from p2pfed.device import full_model_bytes

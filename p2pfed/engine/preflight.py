@@ -19,10 +19,11 @@ from p2pfed.network.contacts.plan import ContactError
 from p2pfed.network.contacts.traces import read_trace
 from p2pfed.network.topology import TopologyError, read_topology_file, require_connected
 from p2pfed.scenario.budget import device_count, memory_problems
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 
 
-def check_dataset_file(loaded: LoadedScenario, path: Path | None) -> None:
+def check_dataset_file(loaded: RunSpec, path: Path | None) -> None:
     """The packaged-format WISDM file (.npz or .arff) a scenario names (None: the packaged
     file), its users and its feature columns."""
     from p2pfed.data.wisdm import load_arrays, select_features, select_users  # numpy/arff only when needed
@@ -34,7 +35,7 @@ def check_dataset_file(loaded: LoadedScenario, path: Path | None) -> None:
     select_features(arrays["feature_names"], loaded.scenario.dataset.features, source)
 
 
-def file_problems(loaded: LoadedScenario) -> list[str]:
+def file_problems(loaded: RunSpec) -> list[str]:
     """One 'scenario: field: problem' line per file that its reader refuses."""
     sc, problems = loaded.scenario, []
     known_devices = sc.dataset.name == "synthetic" or sc.dataset.path is None
@@ -74,8 +75,8 @@ def file_problems(loaded: LoadedScenario) -> list[str]:
     return problems
 
 
-def preflight(loaded: LoadedScenario) -> None:
+def preflight(loaded: RunSpec) -> None:
     """Raise ScenarioError with every problem found, one line each; silent when all is well."""
-    problems = file_problems(loaded) + memory_problems(loaded.scenario, loaded.source, loaded.method)
+    problems = file_problems(loaded) + memory_problems(loaded)
     if problems:
         raise ScenarioError(problems)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tqdm import tqdm
 
@@ -32,18 +32,11 @@ from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.summary import adversaries_summary, build_summary
-from p2pfed.scenario.contacts import scenario_contacts
-from p2pfed.scenario.build import (adversary_map, build_algorithms, build_class_schedule, build_graph,
-                                  load_scenario_dataset)
-from p2pfed.scenario.devices import build_energy_plan
-from p2pfed.scenario.loader import LoadedScenario, dump, fingerprint
+from p2pfed.scenario.build import adversary_map, build_algorithms, build_class_schedule
+from p2pfed.scenario.loader import dump, fingerprint
+from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.randomness import stream
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
-
-if TYPE_CHECKING:
-    import networkx as nx
-
-    from p2pfed.data import FederatedDataset
 
 CHECKPOINT_KIND = "simulation"
 CONTACTS_CHECKPOINT_KIND = "contact-simulation"
@@ -75,7 +68,7 @@ class Simulated:
     resumed_at_end: bool = False     # resumed from a checkpoint taken at the run's end
 
 
-def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, *, progress: bool = True,
+def run_scenario(loaded: RunSpec, out_dir: Path | None = None, *, progress: bool = True,
                  checkpointing: Checkpointing | None = None,
                  callbacks: Sequence[Callback] = ()) -> dict[str, Any] | None:
     """Simulate the scenario; write the results files to ``out_dir`` if given; return the summary.
@@ -105,25 +98,25 @@ def write_results(done: Simulated, out_dir: Path, name: str) -> None:
                       out_dir / "contacts.png", title=f"{name}: contact graph snapshots")
 
 
-def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Checkpointing | None = None,
+def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpointing | None = None,
              callbacks: Sequence[Callback] = ()) -> Simulated | None:
     """``run_scenario`` without writing files (None: stopped early at a checkpoint)."""
     sc = loaded.scenario
     apply_torch_threads(sc.engine.torch_threads, batched=sc.contacts.kind == "none")
     resolve_device(sc.engine.device, loaded.source)
     wall_start = time.perf_counter()
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     n = len(dataset.devices)
     if expected_degree(loaded, n) is not None:
         check_memory(loaded, dataset)   # before a graph that may itself not fit
-    graph = build_graph(loaded, n) if sc.contacts.kind in ("none", "static") else None
+    graph = loaded.graph if sc.contacts.kind in ("none", "static") else None
     if expected_degree(loaded, n) is None:
         check_memory(loaded, dataset, graph)
     helper = sc.uses_batch_windows() and offload_helper_wanted(sc.engine.offload)
     offload = make_offload(helper=helper, batched=sc.engine.batched_training)
-    algorithms = build_algorithms(loaded, dataset, offload=offload)
+    algorithms = build_algorithms(loaded, offload=offload)
     recorder = Recorder(n)
-    energy_plan = build_energy_plan(loaded, n)
+    energy_plan = loaded.energy_plan
     meter = None if energy_plan is None else EnergyMeter(energy_plan, recorder)
     rows = Rows(callbacks)
     shown = Progress(loaded, recorder, rows, progress)
@@ -131,10 +124,10 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
     plan = None
     try:
         if sc.contacts.kind == "none":
-            runtime, summarise = _rounds_runtime(loaded, algorithms, graph, recorder, dataset, shown, meter)
+            runtime, summarise = _rounds_runtime(loaded, algorithms, recorder, shown, meter)
             kind = CHECKPOINT_KIND
         else:
-            runtime, summarise = _contacts_runtime(loaded, algorithms, graph, recorder, shown, checkpointing, meter)
+            runtime, summarise = _contacts_runtime(loaded, algorithms, recorder, shown, checkpointing, meter)
             kind, plan = CONTACTS_CHECKPOINT_KIND, runtime.plan
         at_end = _drive(runtime, kind, loaded, checkpointing, shown)
     finally:
@@ -161,7 +154,7 @@ def simulate(loaded: LoadedScenario, *, progress: bool = True, checkpointing: Ch
                      resumed_at_end=at_end)
 
 
-def _check_windows(loaded: LoadedScenario, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:
+def _check_windows(loaded: RunSpec, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:
     """A contact run checkpoints at evaluations, where no batch window may be open."""
     w, every = schedule.batch_window_s, schedule.eval_every_s
     if checkpointing is not None and w and abs(every / w - round(every / w)) > 1e-9:
@@ -172,7 +165,7 @@ def _check_windows(loaded: LoadedScenario, schedule: AsyncSchedule, checkpointin
 class Progress:
     """The progress bar and the live callbacks, told after each round or evaluation."""
 
-    def __init__(self, loaded: LoadedScenario, recorder: Recorder, rows: Rows, show: bool) -> None:
+    def __init__(self, loaded: RunSpec, recorder: Recorder, rows: Rows, show: bool) -> None:
         self.recorder = recorder
         self.rows = rows
         self.name = loaded.scenario.algorithm.name
@@ -196,7 +189,7 @@ class Progress:
             self.bar.close()
 
 
-def _drive(runtime: Runtime, kind: str, loaded: LoadedScenario, checkpointing: Checkpointing | None,
+def _drive(runtime: Runtime, kind: str, loaded: RunSpec, checkpointing: Checkpointing | None,
            progress: Progress) -> bool | None:
     """Run ``runtime`` to its end, or with ``checkpointing`` from its checkpoint if there is one,
     saving one every ``every`` steps; None: stopped early; else whether the checkpoint it
@@ -225,13 +218,12 @@ def _drive(runtime: Runtime, kind: str, loaded: LoadedScenario, checkpointing: C
     return None if runtime.done < runtime.total else at_end
 
 
-def _rounds_runtime(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph, recorder: Recorder,
-                    dataset: FederatedDataset, progress: Progress,
+def _rounds_runtime(loaded: RunSpec, algorithms: list[Algorithm], recorder: Recorder, progress: Progress,
                     meter: EnergyMeter | None) -> tuple[Simulation, Callable[[], dict[str, Any]]]:
     """The synchronous runtime, and what it adds to the summary once done."""
-    sc = loaded.scenario
+    sc, graph = loaded.scenario, loaded.graph
     n = len(algorithms)
-    class_schedule = build_class_schedule(loaded, dataset)
+    class_schedule = build_class_schedule(loaded)
     schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
                              participation=sc.engine.participation, eval_every=sc.evaluation.every,
                              eval_when=sc.evaluation.when, eval_both=sc.evaluation.both)
@@ -254,14 +246,14 @@ def _rounds_runtime(loaded: LoadedScenario, algorithms: list[Algorithm], graph: 
     return sim, extra
 
 
-def _contacts_runtime(loaded: LoadedScenario, algorithms: list[Algorithm], graph: nx.Graph | None,
+def _contacts_runtime(loaded: RunSpec, algorithms: list[Algorithm],
                       recorder: Recorder, progress: Progress, checkpointing: Checkpointing | None,
                       meter: EnergyMeter | None) -> tuple[OpportunisticSimulation, Callable[[], dict[str, Any]]]:
     """The opportunistic runtime, and what it adds to the summary once done."""
     sc = loaded.scenario
     n = len(algorithms)
     c, a, fw, churn = sc.contacts, sc.asynchronous, sc.forwarding, sc.churn
-    plan, duration = scenario_contacts(loaded, n, graph)
+    plan, duration = loaded.contacts
     schedule = AsyncSchedule(duration_s=duration, train_period_s=a.train_period_s,
                              train_jitter_s=a.train_jitter_s,
                              eval_every_s=sc.evaluation.every_s or duration / 20,

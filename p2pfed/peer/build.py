@@ -15,9 +15,10 @@ from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.data import load_own_data
 from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_algorithm, build_class_schedule, load_scenario_dataset
-from p2pfed.scenario.devices import build_energy_plan
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems, load_scenario
+from p2pfed.scenario.build import build_algorithm, build_class_schedule
+from p2pfed.scenario.loader import launch_problems, load_scenario
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.randomness import int_seed
 
 
@@ -26,22 +27,29 @@ class PeerDevice:
     """The scenario, this peer's algorithm (on its data), how many devices the scenario has, the
     classes visible per round (None: all its data, always) and its data's class counts."""
 
-    loaded: LoadedScenario
+    loaded: RunSpec
     algo: Algorithm
     num_devices: int
     visible_classes: Callable[[int], frozenset[int] | None] | None
     class_counts: dict[str, list[int]]
 
 
-def build_peer_device(loaded_config: LoadedPeerConfig) -> PeerDevice:
-    """Load the peer's scenario and build its device; a problem is a ScenarioError naming the config."""
+def load_peer_spec(loaded_config: LoadedPeerConfig) -> RunSpec:
+    """The run spec of the peer's scenario (its file, overrides and seed)."""
     cfg = loaded_config.config
-    loaded = load_scenario(loaded_config.resolve(cfg.scenario), cfg.overrides, cfg.seed)
+    return load_scenario(loaded_config.resolve(cfg.scenario), cfg.overrides, cfg.seed)
+
+
+def build_peer_device(loaded_config: LoadedPeerConfig, loaded: RunSpec | None = None) -> PeerDevice:
+    """Build the peer's device from its scenario's spec (``loaded``, else loaded from the config);
+    a problem is a ScenarioError naming the config."""
+    cfg = loaded_config.config
+    loaded = load_peer_spec(loaded_config) if loaded is None else loaded
     sc = loaded.scenario
     where = loaded_config.source
     if problems := launch_problems(loaded, check_imports=False):
         raise ScenarioError([f"{where}: scenario {p}" for p in problems])
-    dataset = load_scenario_dataset(loaded)
+    dataset = loaded.federation
     device = None
     if cfg.data is not None:
         device = load_own_data(loaded_config.resolve(cfg.data.path), cfg.id,
@@ -53,7 +61,7 @@ def build_peer_device(loaded_config: LoadedPeerConfig) -> PeerDevice:
     algo = build_algorithm(loaded, dataset, cfg.id, device=device)
     # Dynamic data follows the same schedule as in the simulator (a peer with its own data
     # keeps it whole: the schedule was drawn for the scenario's devices).
-    schedule = build_class_schedule(loaded, dataset) if device is None else None
+    schedule = build_class_schedule(loaded) if device is None else None
     visible_classes = (lambda r: schedule.visible(cfg.id, r)) if schedule else None
     own = algo.ctx.device
     class_counts = {"train": np.bincount(own.y_train, minlength=dataset.num_classes).tolist(),
@@ -61,12 +69,11 @@ def build_peer_device(loaded_config: LoadedPeerConfig) -> PeerDevice:
     return PeerDevice(loaded, algo, len(dataset.devices), visible_classes, class_counts)
 
 
-def peer_energy_meter(loaded: LoadedScenario, me: int, num_devices: int, recorder: Recorder,
-                      where: object) -> EnergyMeter | None:
+def peer_energy_meter(loaded: RunSpec, me: int, recorder: Recorder, where: object) -> EnergyMeter | None:
     """The energy this peer would spend as the scenario's device ``me`` (``devices``): its work
     priced by its profile, its bytes and its radio's tail and idle power. Its steps take the time
     they take (no simulated throughput) and nothing stops it; the caller sets the meter's clock."""
-    plan = build_energy_plan(loaded, num_devices)
+    plan = loaded.energy_plan
     if plan is None:
         return None
     if plan.has_batteries:

@@ -11,9 +11,10 @@ optionally a port, per device) and writes ``OUT/peer-I/`` for every device:
 - ``keys/``: the peer's own CURVE pair and its neighbours' public keys (nobody else's secret);
 - ``start.sh``: ``p2pfed peer --config peer.yaml`` from the folder; results go to ``results/``.
 
-``OUT/plan.json`` lists the peers, their endpoints and folders. After the run, copy each host's
-``results/`` back into its folder and ``p2pfed merge OUT`` writes the same results files as
-``p2pfed run``. The folders hold nothing specific to the machine that wrote them, so a bundle run
+``OUT/plan.json`` lists the peers, their endpoints and folders, and for a scenario run with another
+method than its file names what that left out (``swapped``, as ``summary.json`` says it). After the
+run, copy each host's ``results/`` back into its folder and ``p2pfed merge OUT`` writes the same
+results files as ``p2pfed run``. The folders hold nothing specific to the machine that wrote them, so a bundle run
 on loopback (hosts all 127.0.0.1) is the bundle a user copies to real machines.
 """
 
@@ -24,6 +25,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,11 @@ import yaml
 from p2pfed.peer.config import PeerTiming, tcp_endpoint
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import is_plugin_name
-from p2pfed.scenario.build import load_scenario_dataset
-from p2pfed.scenario.contacts import peer_neighbours
-from p2pfed.scenario.loader import FILE_FIELDS, LoadedScenario, ScenarioError, dump, launch_problems, load_scenario
+from p2pfed.scenario.build import peer_neighbours
+from p2pfed.scenario.loader import FILE_FIELDS, dump, launch_problems, load_scenario
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.swap import Swap
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.textfile import read_text
 
 DEFAULT_PORT = 5555
@@ -86,7 +90,7 @@ def read_hosts(path: Path, devices: int) -> list[str]:
     return endpoints
 
 
-def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, insecure: bool = False,
+def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: bool = False,
                  timing: PeerTiming = PeerTiming(), start_time: float | None = None) -> list[Path]:
     """One folder per device (see the module's docstring); returns their peer files.
     ``start_time``: the unix time every peer counts from (over contacts, simulated time 0)."""
@@ -98,10 +102,10 @@ def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, ins
     if named:
         raise ScenarioError([f"{loaded.source}: {n}: a plan does not copy code; install it on every host "
                              "and name it module:Class" for n in named])
-    n = len(load_scenario_dataset(loaded).devices)
+    n = loaded.num_devices
     if len(endpoints) != n:
         raise ScenarioError([f"{loaded.source}: the scenario has {n} devices, the hosts {len(endpoints)}"])
-    neighbours, edges = peer_neighbours(loaded, n)
+    neighbours, edges = peer_neighbours(loaded)
     scenario = dump(loaded)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,13 +115,14 @@ def write_bundle(loaded: LoadedScenario, endpoints: list[str], out: Path, *, ins
         configs = [_peer_folder(out / f"peer-{i}", i, neighbours[i], endpoints, keys, loaded,
                                 scenario, insecure=insecure, timing=timing, start_time=start_time) for i in range(n)]
     plan = {"scenario": loaded.source, "secure": not insecure, "edges": edges,
-            "peers": [{"id": i, "endpoint": endpoints[i], "folder": f"peer-{i}"} for i in range(n)]}
+            "peers": [{"id": i, "endpoint": endpoints[i], "folder": f"peer-{i}"} for i in range(n)],
+            **({} if loaded.swapped is None else {"swapped": loaded.swapped.to_dict()})}
     (out / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
     return configs
 
 
 def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[str], keys: Path,
-                 loaded: LoadedScenario, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming,
+                 loaded: RunSpec, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming,
                  start_time: float | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     own = json.loads(json.dumps(scenario))   # a copy whose file fields point into this folder
@@ -173,6 +178,8 @@ def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = No
     if missing:
         raise ScenarioError(missing)
     loaded = load_scenario(bundle / plan["peers"][0]["folder"] / "scenario.yaml")
+    if "swapped" in plan:   # the peers' scenario.yaml names the method swapped in; what it left out is here
+        loaded = replace(loaded, swapped=Swap.from_dict(plan["swapped"]))
     n, edges = len(reports), int(plan["edges"])
     if wall_time_s is None:
         rows = merge(reports).rows

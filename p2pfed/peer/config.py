@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from p2pfed.peer.keys import KeyFileError, load_pair, load_public
 from p2pfed.results.files import output_dir_problem
-from p2pfed.scenario.loader import ScenarioError, describe_error, field_errors, read_yaml_file
+from p2pfed.scenario.loader import describe_error, field_errors, read_yaml_file
+from p2pfed.scenario.errors import ScenarioError
 
 _TCP = re.compile(r"tcp://(\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)")
 MAX_PORT = 65535

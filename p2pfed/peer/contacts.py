@@ -52,8 +52,6 @@ from p2pfed.network.contacts import Contact
 from p2pfed.peer.runtime import POLL_SLICE_S, Peer
 from p2pfed.results.files import write_json
 from p2pfed.results.recorder import Recorder
-from p2pfed.scenario.build import build_graph
-from p2pfed.scenario.contacts import scenario_contacts
 from p2pfed.scenario.randomness import stream
 
 log = logging.getLogger("p2pfed.peer")
@@ -87,8 +85,7 @@ class ContactPeer(Peer):
     def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
         cfg, sc = self.config, self.loaded.scenario
         a, fw = sc.asynchronous, sc.forwarding
-        graph = build_graph(self.loaded, num_devices) if sc.contacts.kind == "static" else None
-        self.plan, self.duration = scenario_contacts(self.loaded, num_devices, graph)
+        self.plan, self.duration = self.loaded.contacts
         self.speedup = cfg.speedup
         self.eval_every = sc.evaluation.every_s or self.duration / 20
         self.evaluations = int(math.ceil(self.duration / self.eval_every - 1e-9))

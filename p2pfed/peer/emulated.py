@@ -27,25 +27,23 @@ from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.contacts import contact_start_time
 from p2pfed.peer.faults import FaultDriver, Faults
 from p2pfed.peer.launcher import peer_environment, wait_all
-from p2pfed.scenario.build import build_graph, load_scenario_dataset
-from p2pfed.scenario.contacts import scenario_contacts
-from p2pfed.scenario.loader import LoadedScenario
+from p2pfed.scenario.spec import RunSpec
 
 OPEN_EARLY_S = 0.05   # wall seconds a contact's link opens before the peers' clocks say it starts
 
 
-def link_models(loaded: LoadedScenario, n: int, *, loss: float = 0.0, jitter_s: float = 0.0,
+def link_models(loaded: RunSpec, *, loss: float = 0.0, jitter_s: float = 0.0,
                 speedup: float = 1.0) -> dict[tuple[int, int], LinkModel]:
     """Both directions of every topology edge, with the edge's figures (as the simulator's); over
     contacts, of every pair that meets, up only during its contacts, in wall-clock seconds after
     the shared start (simulated time / ``speedup``, the links ``speedup`` times faster)."""
     links = {}
     if loaded.scenario.contacts.kind in ("none", "static"):
-        for a, b, edge in build_graph(loaded, n).edges(data=True):
+        for a, b, edge in loaded.graph.edges(data=True):
             model = LinkModel(edge["latency_s"] / speedup, edge["bandwidth_bps"] * speedup, loss, jitter_s)
             links[a, b] = links[b, a] = model
         return links
-    plan, duration = scenario_contacts(loaded, n)
+    plan, duration = loaded.contacts
     windows: dict[tuple[int, int], list[tuple[float, float]]] = {}
     figures = {}
     for c in plan.contacts:
@@ -59,7 +57,7 @@ def link_models(loaded: LoadedScenario, n: int, *, loss: float = 0.0, jitter_s: 
     return links
 
 
-def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: float = 0.0, jitter_s: float = 0.0,
+def launch_emulated(loaded: RunSpec, out: Path, *, insecure: bool, loss: float = 0.0, jitter_s: float = 0.0,
                     faults: Faults | None = None, faults_source: str = "faults", timeout_s: float = 3600.0,
                     timing: PeerTiming = PeerTiming(), congestion_control: str | None = None) -> dict[str, Any]:
     """Plan, build the LAN, run every peer's ``start.sh`` in its namespace (injecting ``faults``),
@@ -69,8 +67,8 @@ def launch_emulated(loaded: LoadedScenario, out: Path, *, insecure: bool, loss: 
     one used is in ``runtime.network.congestion_control``."""
     started = time.perf_counter()
     faults = faults or Faults()
-    n = len(load_scenario_dataset(loaded).devices)
-    links = faults.shape(link_models(loaded, n, loss=loss, jitter_s=jitter_s, speedup=timing.speedup), faults_source)
+    n = loaded.num_devices
+    links = faults.shape(link_models(loaded, loss=loss, jitter_s=jitter_s, speedup=timing.speedup), faults_source)
     bundle = out / "bundle"
     endpoints = [f"tcp://{host_address(i)}:{DEFAULT_PORT}" for i in range(n)]
     contacts = loaded.scenario.contacts.kind != "none"

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from p2pfed.peer.build import load_peer_spec
 from p2pfed.peer.config import load_peer_config
 from p2pfed.peer.contacts import ContactPeer
 from p2pfed.peer.runtime import Peer, insecure_warning
-from p2pfed.scenario.loader import load_scenario
 
 
 def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, Any]:
@@ -19,11 +19,9 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     loaded = load_peer_config(config_path, insecure=insecure)
     if insecure:
         insecure_warning(f"peer {loaded.config.id}")
-    peer_class = Peer
-    cfg = loaded.config
-    if load_scenario(loaded.resolve(cfg.scenario), cfg.overrides, cfg.seed).scenario.contacts.kind != "none":
-        peer_class = ContactPeer
-    peer = peer_class(loaded, insecure=insecure)
+    spec = load_peer_spec(loaded)
+    peer_class = Peer if spec.scenario.contacts.kind == "none" else ContactPeer
+    peer = peer_class(loaded, insecure=insecure, spec=spec)
     # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from p2pfed.network.lan import EmulatedLan
 from p2pfed.network.linkemu import LinkModel
-from p2pfed.scenario.loader import ScenarioError
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.textfile import read_text
 
 

@@ -27,9 +27,10 @@ from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import path_entries
 from p2pfed.peer.results import write_results
 from p2pfed.results.recorder import round_float
-from p2pfed.scenario.build import load_scenario_dataset
-from p2pfed.scenario.contacts import peer_neighbours
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError, launch_problems
+from p2pfed.scenario.build import peer_neighbours
+from p2pfed.scenario.loader import launch_problems
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 
 LOOPBACK = "127.0.0.1"
 
@@ -59,13 +60,13 @@ class Plan:
     insecure: bool
 
 
-def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
+def prepare(loaded: RunSpec, scenario_file: Path | None, overrides: list[str], seed: int | None,
             out: Path, peers: int | None, *, insecure: bool, timing: PeerTiming = PeerTiming()) -> Plan:
     """Write one peer file per device of the scenario (and keys unless insecure)."""
     sc = loaded.scenario
     if problems := launch_problems(loaded):
         raise ScenarioError(problems)
-    n = len(load_scenario_dataset(loaded).devices)
+    n = loaded.num_devices
     if peers is not None and peers != n:
         hint = ("--set dataset.partition.num_devices=N" if sc.dataset.partition.kind != "natural"
                 else {"synthetic": "--set dataset.synthetic.num_devices=N",
@@ -76,7 +77,7 @@ def prepare(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[
     if stale:
         raise ValueError(f"{out}: holds checkpoints of an earlier launch ({stale[0]}); peers would resume "
                          "from them — choose another --out or delete that folder")
-    neighbour_lists, edges = peer_neighbours(loaded, n)
+    neighbour_lists, edges = peer_neighbours(loaded)
     ports = free_ports(n)
     endpoints = [f"tcp://{LOOPBACK}:{p}" for p in ports]
     keys_dir = out / "keys"
@@ -161,7 +162,7 @@ def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "recovery": recovery_totals(reports)}
 
 
-def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -> dict[str, Any]:
+def collect(loaded: RunSpec, plan: Plan, out: Path, wall_time_s: float) -> dict[str, Any]:
     """Merge the peers' ``peer.json`` files into the run's results files; return the summary."""
     reports = []
     for i, d in enumerate(plan.out_dirs):
@@ -178,7 +179,7 @@ def collect(loaded: LoadedScenario, plan: Plan, out: Path, wall_time_s: float) -
                                   **peers_runtime(reports)})
 
 
-def launch(loaded: LoadedScenario, scenario_file: Path | None, overrides: list[str], seed: int | None,
+def launch(loaded: RunSpec, scenario_file: Path | None, overrides: list[str], seed: int | None,
            out: Path, peers: int | None, *, insecure: bool, timeout_s: float = 3600.0,
            timing: PeerTiming = PeerTiming(),
            verbose: bool = False) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder
 from p2pfed.results.summary import adversaries_summary, build_summary
-from p2pfed.scenario.build import adversary_map, load_scenario_dataset
-from p2pfed.scenario.devices import build_energy_plan
-from p2pfed.scenario.loader import LoadedScenario, dump
+from p2pfed.scenario.build import adversary_map
+from p2pfed.scenario.loader import dump
+from p2pfed.scenario.spec import RunSpec
 
 
 def merge(peers: list[dict[str, Any]]) -> Recorder:
@@ -28,13 +28,13 @@ def merge(peers: list[dict[str, Any]]) -> Recorder:
     return Recorder.merge([Recorder.from_state(p["recorder"]) for p in peers])
 
 
-def merged_energy(loaded: LoadedScenario, peers: list[dict[str, Any]], recorder: Recorder,
+def merged_energy(loaded: RunSpec, peers: list[dict[str, Any]], recorder: Recorder,
                   end_s: float) -> EnergyMeter | None:
     """The peers' energy accounts as one (None where the scenario has no ``devices``): each peer's
     own device, idle power and tails counted to ``end_s`` (the run's wall time)."""
     if not peers or any(p.get("energy") is None for p in peers):   # no devices section: no dataset load
         return None
-    plan = build_energy_plan(loaded, len(load_scenario_dataset(loaded).devices))
+    plan = loaded.energy_plan
     if plan is None:
         return None
     profiles = None if plan.profiles is None else tuple(plan.profiles[p["id"]] for p in peers)
@@ -52,7 +52,7 @@ def _quantiles(values: list[float]) -> dict[str, float | int | None]:
             "p95": round(float(np.percentile(values, 95)), 4)}
 
 
-def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, Any]], *,
+def write_results(out_dir: Path, loaded: RunSpec, peers: list[dict[str, Any]], *,
                   wall_time_s: float, full_model_bytes: int, **extra: Any) -> dict[str, Any]:
     """rounds.csv, devices.csv, summary.json and plot.png for these peers; returns the summary."""
     recorder = merge(peers)
@@ -75,8 +75,7 @@ def write_results(out_dir: Path, loaded: LoadedScenario, peers: list[dict[str, A
     if loaded.swapped is not None:
         extra["swapped"] = loaded.swapped.to_dict()
     if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
-        scenario_data = load_scenario_dataset(loaded)
-        attacks = adversary_map(loaded, len(scenario_data.devices), scenario_data.num_classes)
+        attacks = adversary_map(loaded, loaded.num_devices, loaded.federation.num_classes)
         views = {p["id"]: p["attack_view"] for p in peers if p.get("attack_view") is not None}
         extra["adversaries"] = adversaries_summary(recorder, attacks, views)
     summary = build_summary(dump(loaded), loaded.source, recorder, [p["stats"] for p in peers],

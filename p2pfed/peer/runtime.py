@@ -36,6 +36,7 @@ from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
 from p2pfed.scenario.loader import fingerprint
+from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Rejected
 
@@ -53,10 +54,11 @@ def insecure_warning(what: str) -> None:
 class Peer:
     """One device as a process: its algorithm, its sockets, its counters and its loop."""
 
-    def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False) -> None:
+    def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False, spec: RunSpec | None = None) -> None:
+        """``spec``: the peer's scenario, already loaded (else loaded from the config)."""
         cfg = self.config = loaded_config.config
         self.secure = not insecure
-        built = build_peer_device(loaded_config)
+        built = build_peer_device(loaded_config, spec)
         self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
         self.class_counts = built.class_counts
         sc = self.loaded.scenario
@@ -78,7 +80,7 @@ class Peer:
         self.sent_frames = SentFrames()
         self.recovery = RecoveryCounters()
         self.next_round = self.next_round_at_start = 0
-        self.energy = peer_energy_meter(self.loaded, cfg.id, built.num_devices, self.recorder, loaded_config.source)
+        self.energy = peer_energy_meter(self.loaded, cfg.id, self.recorder, loaded_config.source)
         if self.energy is not None:
             self.energy.clock = lambda: time.time() - self.start_time
             self.loop.count_work = True

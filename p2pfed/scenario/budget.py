@@ -17,8 +17,9 @@ import math
 import os
 from pathlib import Path
 
-from p2pfed.algorithms import Algorithm, MemoryFacts, MemoryTerm
+from p2pfed.algorithms import Algorithm, MemoryFacts, MemoryTerm, Options
 from p2pfed.scenario.schema import Scenario
+from p2pfed.scenario.spec import RunSpec
 
 WISDM_USERS = 36
 WISDM_FEATURES, WISDM_RAW_FEATURES, WISDM_CLASSES = 43, 3, 6
@@ -60,16 +61,15 @@ def model_parameters(sc: Scenario) -> int:
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
-def estimates(sc: Scenario, method: type[Algorithm]) -> list[MemoryTerm]:
+def estimates(sc: Scenario, method: type[Algorithm], options: Options) -> list[MemoryTerm]:
     """The lower-bound memory of each structure whose size a scenario field drives; ``method``
-    (the scenario's) sizes the structures only it builds."""
+    (the scenario's, with its validated ``options``) sizes the structures only it builds."""
     n = device_count(sc)
     out = []
     if sc.model.name == "mlp":   # a model of the user's own is sized once built (engine.footprint)
         params = model_parameters(sc)
         out.append(MemoryTerm("model.hidden", n * params * FLOAT32 * MODEL_COPIES,
                               f"{n} devices × {params:.3g} parameters × {MODEL_COPIES} copies × {FLOAT32} bytes"))
-    options = method.Options.model_validate(sc.algorithm.options)
     out += method.memory_terms(options, MemoryFacts(devices=n, hidden=tuple(sc.model.hidden)))
     if sc.dataset.name == "synthetic":
         s = sc.dataset.synthetic
@@ -118,14 +118,15 @@ def available_memory() -> int | None:
     return total
 
 
-def memory_problems(sc: Scenario, source: str, method: type[Algorithm], available: int | None = None) -> list[str]:
-    """One 'file: field: problem' line per structure that alone would not fit in memory."""
+def memory_problems(loaded: RunSpec, available: int | None = None) -> list[str]:
+    """One 'file: field: problem' line per structure that alone would not fit in ``available``
+    bytes (None: this machine's memory)."""
     available = available_memory() if available is None else available
     if available is None:
         return []
-    return [f"{source}: {e.field}: the run would need at least {format_bytes(e.nbytes)} of memory "
+    return [f"{loaded.source}: {e.field}: the run would need at least {format_bytes(e.nbytes)} of memory "
             f"({e.what}), more than the {format_bytes(available)} this machine has"
-            for e in estimates(sc, method) if e.nbytes > available]
+            for e in estimates(loaded.scenario, loaded.method, loaded.options) if e.nbytes > available]
 
 
 def format_bytes(n: float) -> str:

@@ -1,66 +1,39 @@
-"""Turning a validated scenario into the objects a runtime drives: data, models, algorithms.
+"""Turning a run spec into the objects a runtime drives and changes: models, algorithms, who lies.
 
-Shared by the simulation and the real-peer runtime so both build devices the same way.
+Shared by the simulation and the real-peer runtime so both build devices the same way. What a
+run only reads (the federation, the graph, the contacts) the spec builds and keeps itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
 from torch import nn
 
 from p2pfed.algorithms import Algorithm, DeviceContext, Offload
 from p2pfed.algorithms.attacks import Attack, adversarial
-from p2pfed.data import (DataError, DeviceData, FederatedDataset, PartitionError, PartitionSpec,
-                         load_dataset)
+from p2pfed.data import DeviceData, FederatedDataset
 from p2pfed.data.dynamic import ClassSchedule, draw_class_schedule
-from p2pfed.network import build_topology
 from p2pfed.learning.generalization import PooledTestData
-from p2pfed.learning.model import build_model, build_user_model, model_factory
+from p2pfed.learning.model import build_model, build_user_model
 from p2pfed.learning.training import TrainingConfig
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
+from p2pfed.scenario.contacts import partners
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
 
 
-def load_scenario_dataset(loaded: LoadedScenario) -> FederatedDataset:
-    """The scenario's devices. A bad data file or an impossible partition is a ScenarioError
-    (one line per problem, naming the file and column or the partition key)."""
-    ds = loaded.scenario.dataset
-    common = {"test_fraction": ds.test_fraction, "train_fraction": ds.train_fraction,
-              "seed": int_seed(loaded.scenario.seed, "data-split")}
-    if ds.name == "synthetic":
-        return load_dataset("synthetic", **common, **ds.synthetic.model_dump())
-    path = loaded.resolve(ds.path)
-    if ds.name in ("digits", "files"):
-        spec = PartitionSpec(**ds.partition.model_dump())
-        own = {} if ds.name == "digits" else {
-            "path": str(path), "device_column": ds.device_column, "label_column": ds.label_column,
-            "class_names": ds.class_names}
-        try:
-            return load_dataset(ds.name, **common, scaling=ds.scaling, partition_spec=spec, **own)
-        except DataError as exc:
-            raise ScenarioError([f"{loaded.source}: dataset.path: {p}" for p in exc.problems]) from None
-        except PartitionError as exc:
-            raise ScenarioError([f"{loaded.source}: dataset.partition: {exc}"]) from None
-    if ds.name == "wisdm":
-        return load_dataset("wisdm", **common, scaling=ds.scaling, users=ds.users, features=ds.features,
-                            path=None if path is None else str(path))
-    return load_dataset("wisdm-raw", **common, scaling=ds.scaling, path=str(path))
-
-
-def build_device_model(loaded: LoadedScenario, num_features: int, num_classes: int) -> nn.Module:
+def build_device_model(loaded: RunSpec, num_features: int, num_classes: int) -> nn.Module:
     """The scenario's model (``model.name``) with the initial weights every device starts from
     (drawn from the scenario seed), as a server's first broadcast would give them."""
     sc = loaded.scenario
     seed = int_seed(sc.seed, "model-init")
-    factory = model_factory(sc.model.name, [loaded.base_dir])
-    if factory is None:
+    if loaded.model_factory is None:
         return build_model(num_features, num_classes, sc.model.hidden, seed=seed, unit_gates=sc.model.unit_gates)
-    return build_user_model(factory, sc.model.name, num_features, num_classes, seed, sc.model.options)
+    return build_user_model(loaded.model_factory, sc.model.name, num_features, num_classes, seed, sc.model.options)
 
 
-def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id: int,
+def build_algorithm(loaded: RunSpec, dataset: FederatedDataset, device_id: int,
                     shared: dict | None = None, device: DeviceData | None = None,
                     pooled_test: PooledTestData | None = None, offload: Offload | None = None) -> Algorithm:
     """The scenario's method for one device, on the scenario's model.
@@ -103,7 +76,7 @@ def build_algorithm(loaded: LoadedScenario, dataset: FederatedDataset, device_id
     return cls(ctx, loaded.options)
 
 
-def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) -> dict[int, Attack]:
+def adversary_map(loaded: RunSpec, num_devices: int, num_classes: int) -> dict[int, Attack]:
     """Which devices lie, and how: the scenario's ``adversaries`` entries in order, each naming
     devices or drawing its fraction (rounded, at least one) from the devices not yet chosen, with
     the scenario's seed. Raises ScenarioError naming an entry whose ids are out of range."""
@@ -140,18 +113,23 @@ def adversary_map(loaded: LoadedScenario, num_devices: int, num_classes: int) ->
     return chosen
 
 
-def build_graph(loaded: LoadedScenario, num_devices: int) -> nx.Graph:
-    """The scenario's network graph over ``num_devices`` devices."""
-    sc, topo = loaded.scenario, loaded.scenario.topology
-    return build_topology(topo.kind, num_devices, seed=int_seed(sc.seed, "graph"), k=topo.k, p=topo.p,
-                          degree=topo.degree, file=loaded.resolve(topo.file), bandwidth_bps=topo.bandwidth_bps,
-                          latency_s=topo.latency_s, allow_disconnected=topo.allow_disconnected)
+def peer_neighbours(loaded: RunSpec) -> tuple[list[list[int]], int]:
+    """Each device's neighbours as a real peer — its topology neighbours, or over contacts every
+    device it meets within the run — and how many links that makes."""
+    if loaded.scenario.contacts.kind in ("none", "static"):
+        graph = loaded.graph
+        return [sorted(graph.neighbors(i)) for i in range(loaded.num_devices)], graph.number_of_edges()
+    plan, duration = loaded.contacts
+    met = partners(plan, duration)
+    return met, sum(map(len, met)) // 2
 
 
-def build_algorithms(loaded: LoadedScenario, dataset: FederatedDataset, *, shared: dict | None = None,
+def build_algorithms(loaded: RunSpec, dataset: FederatedDataset | None = None, *, shared: dict | None = None,
                      offload: Offload | None = None) -> list[Algorithm]:
-    """Every device's method; ``shared``: the runtime-wide memo tables they share (new if None);
-    ``offload``: where they may send work (the runtime's)."""
+    """Every device's method, on the spec's federation (or ``dataset``'s devices); ``shared``: the
+    runtime-wide memo tables they share (new if None); ``offload``: where they may send work (the
+    runtime's)."""
+    dataset = loaded.federation if dataset is None else dataset
     shared = {} if shared is None else shared
     pool = pooled_test_data(dataset) if loaded.scenario.evaluation.generalization else None
     return [build_algorithm(loaded, dataset, i, shared, pooled_test=pool, offload=offload)
@@ -164,11 +142,13 @@ def pooled_test_data(dataset: FederatedDataset) -> PooledTestData:
                           [d.y_test for d in dataset.devices])
 
 
-def build_class_schedule(loaded: LoadedScenario, dataset: FederatedDataset) -> ClassSchedule | None:
-    """The scenario's dynamic-data schedule (None: static data), drawn from its own seed stream."""
+def build_class_schedule(loaded: RunSpec, dataset: FederatedDataset | None = None) -> ClassSchedule | None:
+    """The scenario's dynamic-data schedule (None: static data) over the spec's federation (or
+    ``dataset``'s devices), drawn from its own seed stream."""
     dyn = loaded.scenario.dynamic
     if dyn.devices_fraction == 0:
         return None
+    dataset = loaded.federation if dataset is None else dataset
     return draw_class_schedule([d.y_train for d in dataset.devices], devices_fraction=dyn.devices_fraction,
                                max_removed_fraction=dyn.max_removed_fraction, return_every=dyn.return_every,
                                rng=stream(loaded.scenario.seed, "class-schedule"))

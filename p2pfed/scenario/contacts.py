@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import networkx as nx
 import numpy as np
@@ -14,22 +14,29 @@ from p2pfed.network.contacts.poisson import poisson_contacts
 from p2pfed.network.contacts.traces import TraceContact, map_nodes, read_trace
 
 if TYPE_CHECKING:
-    from p2pfed.scenario.loader import LoadedScenario
     from p2pfed.scenario.schema import ContactsSection
 
 DEFAULT_DURATION_S = 3600.0
 
 
+class Contacts(NamedTuple):
+    """A run's contacts and how long it runs: the simulator and each real peer draw the same."""
+
+    plan: ContactPlan
+    duration_s: float
+
+
 def build_contact_plan(section: ContactsSection, num_devices: int, *, seed: int, graph: nx.Graph | None = None,
-                       file: Path | None = None) -> tuple[ContactPlan, float]:
-    """Build the contacts the section asks for; returns the plan and the run's duration in seconds."""
+                       file: Path | None = None) -> Contacts:
+    """Build the contacts the section asks for, drawn from ``seed``; ``graph``: the topology
+    (``kind: static``), ``file``: the trace, resolved."""
     s = section
     rng = np.random.default_rng(seed)
     duration = s.duration_s
     if s.kind == "static":
         if graph is None:
             raise ContactError("contacts.kind 'static' needs the topology graph")
-        return ContactPlan(num_devices, static_contacts(graph)), duration or DEFAULT_DURATION_S
+        return Contacts(ContactPlan(num_devices, static_contacts(graph)), duration or DEFAULT_DURATION_S)
     if s.kind == "random-waypoint":
         duration = duration or DEFAULT_DURATION_S
         contacts = random_waypoint_contacts(num_devices, duration,
@@ -38,32 +45,21 @@ def build_contact_plan(section: ContactsSection, num_devices: int, *, seed: int,
                                             pause_s=cast("tuple[float, float]", tuple(s.pause_s)),
                                             range_m=s.range_m, step_s=s.step_s,
                                             bandwidth_bps=s.bandwidth_bps, latency_s=s.latency_s, rng=rng)
-        return ContactPlan(num_devices, contacts), duration
+        return Contacts(ContactPlan(num_devices, contacts), duration)
     if s.kind == "poisson":
         duration = duration or DEFAULT_DURATION_S
         contacts = poisson_contacts(num_devices, duration, mean_intercontact_s=s.mean_intercontact_s,
                                     mean_duration_s=s.mean_duration_s, intercontact=s.intercontact,
                                     alpha=s.power_law_alpha, bandwidth_bps=s.bandwidth_bps,
                                     latency_s=s.latency_s, rng=rng)
-        return ContactPlan(num_devices, contacts), duration
+        return Contacts(ContactPlan(num_devices, contacts), duration)
     if s.kind == "trace":
         if file is None or s.format is None:
             raise ContactError("contacts.file and contacts.format are required when contacts.kind is 'trace'")
         raw = read_trace(file, s.format, window_s=s.window_s)
         contacts, horizon = trace_contacts(raw, s, num_devices, str(file))
-        return ContactPlan(num_devices, contacts), horizon
+        return Contacts(ContactPlan(num_devices, contacts), horizon)
     raise ContactError(f"contacts.kind {s.kind!r} has no contact source")
-
-
-def scenario_contacts(loaded: LoadedScenario, num_devices: int, graph: nx.Graph | None = None
-                      ) -> tuple[ContactPlan, float]:
-    """The run's contact plan and duration, as every runtime builds it (the simulator and each
-    real peer draw the same contacts from the scenario's seed)."""
-    from p2pfed.scenario.randomness import int_seed
-
-    c = loaded.scenario.contacts
-    return build_contact_plan(c, num_devices, seed=int_seed(loaded.scenario.seed, "contacts"), graph=graph,
-                              file=loaded.resolve(c.file))
 
 
 def partners(plan: ContactPlan, duration: float) -> list[list[int]]:
@@ -74,19 +70,6 @@ def partners(plan: ContactPlan, duration: float) -> list[list[int]]:
             met[c.a].add(c.b)
             met[c.b].add(c.a)
     return [sorted(m) for m in met]
-
-
-def peer_neighbours(loaded: LoadedScenario, num_devices: int) -> tuple[list[list[int]], int]:
-    """Each device's neighbours as a real peer — its topology neighbours, or over contacts every
-    device it meets within the run — and how many links that makes."""
-    from p2pfed.scenario.build import build_graph
-
-    graph = build_graph(loaded, num_devices)
-    if loaded.scenario.contacts.kind in ("none", "static"):
-        return [sorted(graph.neighbors(i)) for i in range(num_devices)], graph.number_of_edges()
-    plan, duration = scenario_contacts(loaded, num_devices, graph)
-    met = partners(plan, duration)
-    return met, sum(map(len, met)) // 2
 
 
 def trace_contacts(raw: list[TraceContact], section: ContactsSection, num_devices: int, source: str

@@ -3,29 +3,30 @@ fraction from the seed, or read from a file), its radio and its battery."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from p2pfed.energy import PROFILES, RADIOS, DeviceProfile, EnergyPlan, Radio, assign_by_fraction, read_profile_file
-from p2pfed.scenario.loader import LoadedScenario, ScenarioError
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.randomness import stream
 from p2pfed.scenario.schema import DevicesSection, ProfileEntry
 
 
-def build_energy_plan(loaded: LoadedScenario, num_devices: int) -> EnergyPlan | None:
+def build_energy_plan(section: DevicesSection, num_devices: int, *, seed: int, file: Path | None,
+                      source: str) -> EnergyPlan | None:
     """None when the scenario does not opt in (no ``devices`` section): nothing of the energy
-    model runs then. A bad profile file is a ScenarioError naming it."""
-    section = loaded.scenario.devices
+    model runs then. Classes by fraction are drawn from ``seed``'s own stream; ``file``: the
+    profile file, resolved. A bad profile file is a ScenarioError naming ``source``'s field."""
     if not section.opted_in():
         return None
     profiles: list[DeviceProfile] | None = None
     if section.profiles:
         profiles = assign_by_fraction([(_profile(e), e.fraction) for e in section.profiles], num_devices,
-                                      stream(loaded.scenario.seed, "device-profiles"))
-    elif section.file is not None:
-        path = loaded.resolve(section.file)
-        assert path is not None
+                                      stream(seed, "device-profiles"))
+    elif file is not None:
         try:
-            profiles = read_profile_file(path, num_devices)
+            profiles = read_profile_file(file, num_devices)
         except (OSError, ValueError) as exc:
-            raise ScenarioError([f"{loaded.source}: devices.file: {line}" for line in str(exc).splitlines()]) from None
+            raise ScenarioError([f"{source}: devices.file: {line}" for line in str(exc).splitlines()]) from None
     own = [None] * num_devices if profiles is None else [p.battery_j for p in profiles]
     batteries = tuple(section.battery_j if b is None else b for b in own)
     return EnergyPlan(num_devices, None if profiles is None else tuple(profiles), _radio(section), batteries,

@@ -10,60 +10,24 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import Any, cast
 
 import yaml
 from pydantic import ValidationError
 
 from p2pfed.algorithms import Algorithm, Options, RunFacts, algorithm_class
-from p2pfed.learning.model import model_factory
+from p2pfed.learning.model import ModelFactory, model_factory
 from p2pfed.learning.units import UNIT_MODELS
 from p2pfed.plugins import check_importable, is_plugin_name, loaded_code
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.schema import AlgorithmSection, Scenario
+from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.swap import Swap, swap_method
 from p2pfed.textfile import read_text
 
 DEFAULT_SCENARIO = "quickstart.yaml"
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot run; ``problems`` holds one 'file: field: message' line each."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
-@dataclass(frozen=True)
-class LoadedScenario:
-    """A validated scenario, built once: the method's class and options are resolved here, and
-    everything after loading reads them from this object, never from a name again."""
-
-    scenario: Scenario
-    source: str           # the file it came from, or "<embedded quickstart>"
-    base_dir: Path        # where relative paths are resolved from
-    method: type[Algorithm]   # the class ``algorithm.name`` names
-    options: Options          # its options, validated against the scenario
-    swapped: Swap | None = None   # another method than the file's: what it left out, and why
-
-    @overload
-    def resolve(self, path: str) -> Path: ...
-
-    @overload
-    def resolve(self, path: None) -> None: ...
-
-    def resolve(self, path: str | None) -> Path | None:
-        if path is None:
-            return None
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else self.base_dir / p
-
-    def with_algorithm(self, name: str) -> LoadedScenario:
-        """The same scenario run with another method, keeping what it can (``swap_method``)."""
-        return load_mapping(self.scenario.model_dump(), self.source, self.base_dir, values={"algorithm.name": name})
 
 
 def embedded_default_text() -> str:
@@ -71,11 +35,14 @@ def embedded_default_text() -> str:
 
 
 def load_scenario(path: str | Path | None = None, overrides: Sequence[str] | None = None,
-                  seed: int | None = None, values: Mapping[str, Any] | None = None) -> LoadedScenario:
+                  seed: int | None = None, values: Mapping[str, Any] | None = None, *,
+                  method: type[Algorithm] | None = None) -> RunSpec:
     """Load ``path`` (or the embedded quickstart), apply ``--set`` overrides and ``--seed``, validate.
 
     An override of ``algorithm.name`` swaps the method as ``--algorithm`` does: the file's
-    options the new method does not know are left out (options also set by ``--set`` stay)."""
+    options the new method does not know are left out (options also set by ``--set`` stay).
+    ``method``: the class the resulting ``algorithm.name`` names, when the caller has resolved it
+    already (with ``method_class``)."""
     if path is None:
         source, base_dir = "<embedded quickstart>", Path.cwd()
         raw = parse_yaml(embedded_default_text(), source)
@@ -83,11 +50,12 @@ def load_scenario(path: str | Path | None = None, overrides: Sequence[str] | Non
         p = Path(path)
         source, base_dir = str(p), p.resolve().parent
         raw = read_yaml_file(p, "scenario file")
-    return load_mapping(raw, source, base_dir, overrides, seed, values)
+    return load_mapping(raw, source, base_dir, overrides, seed, values, method=method)
 
 
 def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: Sequence[str] | None = None,
-                 seed: int | None = None, values: Mapping[str, Any] | None = None) -> LoadedScenario:
+                 seed: int | None = None, values: Mapping[str, Any] | None = None, *,
+                 method: type[Algorithm] | None = None) -> RunSpec:
     """``load_scenario`` of a mapping already read (a scenario given as a dict from Python):
     ``source`` names it in errors, relative paths resolve against ``base_dir``. ``values``: typed
     changes, ``{"training.lr": 0.1}``, applied after the ``--set`` texts and as they are (no YAML)."""
@@ -107,18 +75,37 @@ def load_mapping(raw: dict[str, Any], source: str, base_dir: Path, overrides: Se
         raw["model"] = {k: v for k, v in raw["model"].items() if k == "name" or k in set_model}
     if seed is not None:
         raw["seed"] = seed
-    swap = None
+    swap, cls = None, method
     name = _algorithm_name(raw)
     if name != file_algorithm and isinstance(raw.get("algorithm"), dict) and isinstance(name, str):
         try:
-            cls = algorithm_class(name, [base_dir])
+            cls = method_class(name, base_dir) if cls is None else cls
         except ValueError:
             pass   # an unknown name: validation reports it with the choices
         else:
             kept = {parts[1] for parts in changes if len(parts) == 2 and parts[0] == "algorithm"} - {"name"}
             swap = swap_method(raw, str(file_algorithm), cls, kept=kept,
                                forwarding_given="forwarding.parts" in set_keys)
-    return build(raw, source, base_dir, swap)
+    return build(raw, source, base_dir, swap, method=cls)
+
+
+def with_algorithm(loaded: RunSpec, name: str) -> RunSpec:
+    """The same scenario run with another method, keeping what it can (``swap_method``)."""
+    return load_mapping(loaded.scenario.model_dump(), loaded.source, loaded.base_dir, values={"algorithm.name": name})
+
+
+def method_class(name: str, base_dir: Path | None = None) -> type[Algorithm]:
+    """The class a method's name (``algorithm.name``, a sweep's ``methods``) names, a user's file
+    looked for in ``base_dir``: the one place a method's name becomes its class. An unknown name
+    is a ValueError listing the choices."""
+    return algorithm_class(name, [] if base_dir is None else [base_dir])
+
+
+def model_factory_of(name: str, base_dir: Path | None = None) -> ModelFactory | None:
+    """The factory ``model.name`` names (None: the built-in MLP), a user's file looked for in
+    ``base_dir``: the one place a model's name becomes its factory. An unknown name is a
+    ValueError naming the field."""
+    return model_factory(name, [] if base_dir is None else [base_dir])
 
 
 def _model_name(raw: dict[str, Any]) -> Any:
@@ -250,9 +237,11 @@ def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:
     return build(raw, source, base_dir).scenario
 
 
-def build(raw: dict[str, Any], source: str, base_dir: Path, swapped: Swap | None = None) -> LoadedScenario:
-    """The loaded scenario of a raw mapping: the schema, the method named (resolved to its class
-    here, once), its options and the files named, every problem collected and raised together."""
+def build(raw: dict[str, Any], source: str, base_dir: Path, swapped: Swap | None = None, *,
+          method: type[Algorithm] | None = None) -> RunSpec:
+    """The run spec of a raw mapping: the schema, the method named (resolved to its class here,
+    once, unless ``method`` is that class already), its options, the model factory and the files
+    named, every problem collected and raised together."""
     problems: list[str] = []
     try:
         scenario = Scenario.model_validate(raw)
@@ -261,41 +250,57 @@ def build(raw: dict[str, Any], source: str, base_dir: Path, swapped: Swap | None
         scenario = None
     algo = cast("dict[str, Any]", raw.get("algorithm")) if isinstance(raw.get("algorithm"), dict) else {}
     name = algo.get("name", "fedsub")
-    cls = None
-    if isinstance(name, str):  # any other type is reported by the schema above
+    cls = method
+    if cls is None and isinstance(name, str):  # any other type is reported by the schema above
         try:
-            cls = algorithm_class(name, [base_dir])
+            cls = method_class(name, base_dir)
         except ValueError as exc:
             problems.append(f"{source}: {exc}" if str(exc).startswith("algorithm.name:")
                             else f"{source}: algorithm.name: {exc}")
+    factory = None
     if scenario is not None:
         try:
-            model_factory(scenario.model.name, [base_dir])
+            factory = model_factory_of(scenario.model.name, base_dir)
         except ValueError as exc:
             problems.append(f"{source}: {exc}")
     options = None
     if cls is not None:
-        opts = {k: v for k, v in algo.items() if k != "name"}
-        context = {"run": run_facts_of(scenario)} if scenario is not None else None
-        try:
-            options = cls.Options.model_validate(opts, context=context)
-        except ValidationError as exc:
-            known = ", ".join(cls.Options.model_fields) or "no options"
-            problems += [f"{source}: {describe_error(e)}"
-                         + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden" else "")
-                         for e in field_errors(exc.errors(), ("algorithm",))]
-        if scenario is not None and scenario.forwarding.enabled:
-            unknown = [p for p in scenario.forwarding.parts if p not in cls.parts]
-            if unknown:
-                problems.append(f"{source}: forwarding.parts: {name} sends no part named "
-                                f"{', '.join(map(repr, unknown))}; its parts: {', '.join(cls.parts)}")
+        options, found = _method_options(cls, algo, scenario, source)
+        problems += found
     problems += _missing_files(raw, source, base_dir)
     if problems or scenario is None or cls is None or options is None:
         raise ScenarioError(problems)
-    return LoadedScenario(scenario, source, base_dir, cls, options, swapped)
+    return RunSpec(scenario, source, base_dir, cls, options, factory, swapped)
 
 
-def launch_problems(loaded: LoadedScenario, *, check_imports: bool = True) -> list[str]:
+def _method_options(cls: type[Algorithm], algo: dict[str, Any], scenario: Scenario | None,
+                    source: str) -> tuple[Options | None, list[str]]:
+    """The method's options validated against the scenario (None if they are not), the parts it
+    may forward and the optional packages it needs: one 'file: field: problem' line each."""
+    problems: list[str] = []
+    name = algo.get("name", "fedsub")
+    opts = {k: v for k, v in algo.items() if k != "name"}
+    context = {"run": run_facts_of(scenario)} if scenario is not None else None
+    try:
+        options = cls.Options.model_validate(opts, context=context)
+    except ValidationError as exc:
+        known = ", ".join(cls.Options.model_fields) or "no options"
+        problems += [f"{source}: {describe_error(e)}"
+                     + (f" ({name} takes: {known})" if e["type"] == "extra_forbidden" else "")
+                     for e in field_errors(exc.errors(), ("algorithm",))]
+        options = None
+    if scenario is not None and scenario.forwarding.enabled:
+        unknown = [p for p in scenario.forwarding.parts if p not in cls.parts]
+        if unknown:
+            problems.append(f"{source}: forwarding.parts: {name} sends no part named "
+                            f"{', '.join(map(repr, unknown))}; its parts: {', '.join(cls.parts)}")
+    if options is not None:
+        problems += [f"{source}: algorithm.name: {req.message(needed_by=str(name))}"
+                     for req in cls.requirements(options) if not req.installed()]
+    return options, problems
+
+
+def launch_problems(loaded: RunSpec, *, check_imports: bool = True) -> list[str]:
     """What real peers (``p2pfed launch`` / ``peer``) cannot run that the simulator can, one
     'file: field: problem' line each; ``p2pfed validate --launch`` reports them too.
     ``check_imports``: load the user's code named in the scenario in a new process, as a launched
@@ -352,13 +357,13 @@ def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str
     return problems
 
 
-def user_code(loaded: LoadedScenario) -> dict[str, dict[str, str]]:
+def user_code(loaded: RunSpec) -> dict[str, dict[str, str]]:
     """The files of the user's own code the scenario runs (its method, its model), with hashes."""
     sc = loaded.scenario
     return loaded_code([sc.algorithm.name, sc.model.name])
 
 
-def fingerprint(loaded: LoadedScenario) -> str:
+def fingerprint(loaded: RunSpec) -> str:
     """What a checkpoint must have been written for: the resolved scenario, and the hashes of
     the user's code it runs (a checkpoint of an edited method is refused)."""
     code = user_code(loaded)
@@ -372,7 +377,7 @@ ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("top
                                            ("contacts", "protocol"): "ideal"}
 
 
-def dump(loaded: LoadedScenario) -> dict[str, Any]:
+def dump(loaded: RunSpec) -> dict[str, Any]:
     """The fully resolved scenario (defaults filled in), for summary.json and reproducibility."""
     data = copy.deepcopy(loaded.scenario.model_dump())
     if not loaded.scenario.devices.opted_in():   # a scenario without it reads (and resumes) as before

@@ -30,6 +30,11 @@ class Swap:
         """The ``summary.json`` ``swapped`` section."""
         return {"from": self.from_method, "to": self.to_method, "left_out": dict(self.left_out)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Swap:
+        """The swap ``to_dict`` wrote (a bundle's ``plan.json`` carries it to the merged results)."""
+        return cls(str(data["from"]), str(data["to"]), {str(k): str(v) for k, v in data["left_out"].items()})
+
     def message(self) -> str:
         head = f"{self.to_method} runs in place of {self.from_method}"
         if not self.left_out:

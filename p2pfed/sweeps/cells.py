@@ -21,10 +21,11 @@ from typing import Any
 
 import yaml
 
-from p2pfed.algorithms import Algorithm, algorithm_class
+from p2pfed.algorithms import Algorithm
 from p2pfed.results.files import folder_label
-from p2pfed.scenario.loader import (FILE_FIELDS, OPTIONAL_FILE_FIELDS, LoadedScenario, ScenarioError, apply_override,
-                                   build, dump, load_scenario, user_code)
+from p2pfed.scenario.loader import FILE_FIELDS, OPTIONAL_FILE_FIELDS, dump, load_scenario, method_class, user_code
+from p2pfed.scenario.spec import RunSpec
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.canonical import canonical
 from p2pfed.sweeps.spec import Sweep, SweepError
 
@@ -74,32 +75,25 @@ def has_option(cls: type[Algorithm], key: str) -> bool:
     return not key.startswith("algorithm.") or key.split(".")[1] in cls.Options.model_fields
 
 
-def knows(method: str, key: str) -> bool:
-    """``has_option`` of a method named in a finished sweep's manifest (no scenario loaded there)."""
-    return has_option(algorithm_class(method), key)
-
-
 def resolve(scenario: str | Path | None, method: str, seed: int | None,
-            overrides: list[str] | tuple[str, ...]) -> LoadedScenario:
-    """The scenario one cell runs: the base with the overrides, run with ``method``.
+            overrides: list[str] | tuple[str, ...], cls: type[Algorithm] | None = None) -> RunSpec:
+    """The scenario one cell runs: the base with the overrides, run with ``method`` (``cls``: its
+    class, if the sweep has resolved it already).
 
-    ``algorithm.*`` overrides apply after switching to ``method``, and only those it knows, in the
-    way ``LoadedScenario.with_algorithm`` keeps only the options a method knows.
+    Of the ``algorithm.*`` overrides only those ``method`` knows apply, in the way
+    ``with_algorithm`` keeps only the options a method knows.
     """
-    keys = [item.partition("=")[0] for item in overrides]
-    plain = [item for item, key in zip(overrides, keys) if not key.startswith("algorithm.")]
-    loaded = load_scenario(scenario, [*plain, f"algorithm.name={method}"], seed)
-    options = [item for item, key in zip(overrides, keys)
-               if key.startswith("algorithm.") and has_option(loaded.method, key)]
-    if not options:
-        return loaded
-    raw = loaded.scenario.model_dump()
-    for item in options:
-        apply_override(raw, item, loaded.source)
-    return build(raw, loaded.source, loaded.base_dir, loaded.swapped)
+    if cls is None:
+        folder = Path.cwd() if scenario is None else Path(scenario).resolve().parent
+        try:
+            cls = method_class(method, folder)
+        except ValueError as exc:
+            raise ScenarioError([f"{scenario or '<embedded quickstart>'}: algorithm.name: {exc}"]) from None
+    known = [item for item in overrides if has_option(cls, item.partition("=")[0])]
+    return load_scenario(scenario, [*known, f"algorithm.name={method}"], seed, method=cls)
 
 
-def cell_id(loaded: LoadedScenario) -> str:
+def cell_id(loaded: RunSpec) -> str:
     """SHA-256 of the canonical scenario, of the contents of the files it names and of the user's
     own code it runs (a method or model named ``module:Name``): editing any of them makes a new
     cell."""
@@ -125,8 +119,9 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> str:
     return digest.hexdigest()
 
 
-def make_cell(scenario: Path | None, method: str, seed: int | None, overrides: list[str]) -> CellSpec:
-    loaded = resolve(scenario, method, seed, overrides)
+def make_cell(scenario: Path | None, method: str, seed: int | None, overrides: list[str],
+              cls: type[Algorithm] | None = None) -> CellSpec:
+    loaded = resolve(scenario, method, seed, overrides, cls)
     return CellSpec(cell_id(loaded), method, seed, None if scenario is None else str(scenario),
                     tuple(overrides))
 
@@ -150,7 +145,7 @@ def expand(sweep: Sweep) -> list[Point]:
 class _Grid:
     """A sweep's methods (resolved), fixed overrides and swept values, checked in ``expand``'s order."""
 
-    def __init__(self, sweep: Sweep, base: LoadedScenario, classes: dict[str, type[Algorithm]]) -> None:
+    def __init__(self, sweep: Sweep, base: RunSpec, classes: dict[str, type[Algorithm]]) -> None:
         self.sweep, self.spec, self.src, self.base, self.classes = sweep, sweep.spec, sweep.source, base, classes
         self.methods = self.spec.methods or list(classes)
         self.fixed = [override(k, v) for k, v in self.spec.overrides.items()]
@@ -210,7 +205,7 @@ class _Grid:
                 overrides = [*self.fixed, *self.own[method], *(override(k, v) for k, v in values)]
                 for seed in seeds:
                     try:
-                        cell = make_cell(self.sweep.scenario, method, seed, overrides)
+                        cell = make_cell(self.sweep.scenario, method, seed, overrides, self.classes[method])
                     except ScenarioError as exc:
                         where = ", ".join([method, *(f"{k}={v}" for k, v in values)])
                         problems += [f"{self.src}: grid: {where}: {_strip(line, self.base.source, '')}"
@@ -222,8 +217,8 @@ class _Grid:
             raise SweepError(list(dict.fromkeys(problems)))
         return points
 
-    def _resolve(self, method: str, overrides: list[str]) -> LoadedScenario:
-        return resolve(self.sweep.scenario, method, None, overrides)
+    def _resolve(self, method: str, overrides: list[str]) -> RunSpec:
+        return resolve(self.sweep.scenario, method, None, overrides, self.classes[method])
 
     def _check(self, label: str, key: str, overrides: list[str]) -> list[str]:
         """The problems of ``overrides`` under the first method that has ``key``."""

@@ -31,7 +31,6 @@ from scipy import stats
 from p2pfed.results.files import read_csv
 from p2pfed.results.recorder import PROTOCOLS
 from p2pfed.sweeps.aggregate import CONFIDENCE, CellResult, value_text
-from p2pfed.sweeps.cells import knows
 
 UNIT = "seed"
 ADJUSTMENT = "benjamini-hochberg"
@@ -41,11 +40,14 @@ COLUMNS = ["a", "b", "protocol", "unit", "n", "devices", "f1_a", "f1_b", "f1_dif
 
 def label(r: CellResult) -> str:
     """A configuration's name: the method (as its summary.json names it) and the swept values it
-    has, e.g. ``fedsub algorithm.fusion=overlap``; a key the method lacks (it ran without it) is
-    left out, so its points are one configuration."""
-    method = r.point.method
-    shown = (r.summary or {}).get("algorithm") or method   # a user's class by its own name
-    return " ".join([shown, *(f"{k}={value_text(v)}" for k, v in r.point.values if knows(method, k))])
+    has, e.g. ``fedsub algorithm.fusion=overlap``; a key the method lacks (it ran without it: its
+    resolved options in summary.json do not hold it) is left out, so its points are one
+    configuration."""
+    summary = r.summary or {}
+    shown = summary.get("algorithm") or r.point.method   # a user's class by its own name
+    options = summary.get("config", {}).get("algorithm", {})
+    return " ".join([shown, *(f"{k}={value_text(v)}" for k, v in r.point.values
+                              if not k.startswith("algorithm.") or k.split(".")[1] in options)])
 
 
 def per_device_f1(r: CellResult, column: str = "f1_macro") -> dict[int, float]:

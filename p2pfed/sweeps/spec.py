@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from p2pfed.algorithms import Algorithm, algorithm_class
+from p2pfed.algorithms import Algorithm
 from p2pfed.plugins import is_plugin_name
-from p2pfed.scenario.loader import ScenarioError
-from p2pfed.scenario.loader import describe_error
+from p2pfed.scenario.errors import ScenarioError
+from p2pfed.scenario.loader import describe_error, method_class
 
 RESERVED_KEYS = {"seed": "seeds", "algorithm.name": "methods"}
 
@@ -140,7 +140,7 @@ def read_sweep(path: str | Path, overrides: Sequence[str] = (), seeds: Sequence[
     classes = {}
     for i, name in enumerate(methods if isinstance(methods, list) else []):
         try:
-            classes[str(name)] = algorithm_class(str(name), [here])
+            classes[str(name)] = method_class(str(name), here)
         except ValueError as exc:
             problems.append(f"{source}: methods.{i}: {exc}")
     scenario = None

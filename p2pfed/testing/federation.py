@@ -16,13 +16,14 @@ import networkx as nx
 import torch
 from torch import nn
 
-from p2pfed.algorithms import Algorithm, DeviceContext, Payload, algorithm_class
+from p2pfed.algorithms import Algorithm, DeviceContext, Payload
 from p2pfed.data import FederatedDataset
 from p2pfed.device import DeviceLoop, Intake, IntakeRules, Outgoing, act_together, merge_parts
 from p2pfed.device.loop import begin_fusion
 from p2pfed.learning.model import build_model
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.results.recorder import Recorder
+from p2pfed.scenario.loader import method_class
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
 
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -37,7 +38,7 @@ def make_algorithms(method: type[Algorithm] | str, dataset: FederatedDataset, op
     from ``seed``), its own random streams named after its id, one memo table for all."""
     import copy
 
-    cls = algorithm_class(method) if isinstance(method, str) else method
+    cls = method_class(method) if isinstance(method, str) else method
     opts = cls.Options.model_validate(options or {})
     template = model if model is not None else build_model(
         dataset.num_features, dataset.num_classes, list(hidden), seed=int_seed(seed, "model-init"))

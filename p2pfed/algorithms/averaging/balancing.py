@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2pfed.extras import require
+from p2pfed.extras import Requirement
+
+SMOTE = Requirement("imblearn.over_sampling", package="imbalanced-learn", extra="smote")
 
 
 def smote_balance(x: np.ndarray, y: np.ndarray, k_neighbors: int,
@@ -25,6 +27,6 @@ def smote_balance(x: np.ndarray, y: np.ndarray, k_neighbors: int,
         x, y = np.concatenate([x, x[lone]]), np.concatenate([y, y[lone]])
         counts = np.maximum(counts, 2)
     k = max(1, min(k_neighbors, int(counts.min()) - 1))
-    smote = require("imblearn.over_sampling", extra="smote", package="imbalanced-learn", needed_by="fedhome").SMOTE
+    smote = SMOTE.load(needed_by="fedhome").SMOTE
     xs, ys = smote(k_neighbors=k, random_state=seed).fit_resample(x, y)
     return np.asarray(xs, dtype=x.dtype), np.asarray(ys, dtype=y.dtype)

@@ -20,17 +20,18 @@ k is lowered for them, ``smote_balance``) instead of being left out of the fine-
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from pydantic import Field
 
-from p2pfed.algorithms.base import DeviceContext, TrainingWork
-from p2pfed.algorithms.averaging.balancing import smote_balance
+from p2pfed.algorithms.base import BaseOptions, DeviceContext, TrainingWork
+from p2pfed.algorithms.averaging.balancing import SMOTE, smote_balance
 from p2pfed.algorithms.averaging.fedper import split_body_head
 from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import model_state
+from p2pfed.extras import Requirement
 from p2pfed.learning.model import feature_dim, head_of
 
 
@@ -61,6 +62,11 @@ class FedHome(GossipAvg[FedHomeOptions]):
         self.fine_tuned = 0                           # fine-tune rounds run
         if options.balance == "representation":
             feature_dim(ctx.model, ctx.model_name)    # refused here without features() and a Linear head
+
+    @classmethod
+    def requirements(cls, options: BaseOptions) -> list[Requirement]:
+        """SMOTE (imbalanced-learn, the ``smote`` extra), for a run that fine-tunes."""
+        return [SMOTE] if cast(FedHomeOptions, options).fine_tune_rounds > 0 else []
 
     def local_phase(self, round: int) -> bool:
         return round >= self.ctx.rounds - self.options.fine_tune_rounds
