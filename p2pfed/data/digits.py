@@ -9,8 +9,6 @@ are data-poor: unlike WISDM, collaboration should matter.
 
 from __future__ import annotations
 
-from sklearn.datasets import load_digits
-
 from .dataset import FederatedDataset
 from .devices import devices_from_parts, unsplittable
 from .partition import PartitionError, PartitionSpec, partition, partition_rng
@@ -26,6 +24,8 @@ def load_digits_federated(*, partition_spec: PartitionSpec = DEFAULT_PARTITION,
     if partition_spec.kind == "natural":
         raise PartitionError("digits is one central dataset with no devices of its own: choose "
                              "iid, dirichlet, shards or quantity")
+    from sklearn.datasets import load_digits   # imported when used: scikit-learn is slow to import
+
     x, y = load_digits(return_X_y=True)
     parts = partition(y, partition_spec, partition_rng(seed))
     devices = devices_from_parts(x, y, parts, [f"digits-{i}" for i in range(len(parts))],

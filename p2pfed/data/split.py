@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.model_selection import train_test_split
+
+from p2pfed.data.stratified import stratified_train_test_split
 
 
 def as_generator(seed: int | np.random.Generator) -> np.random.Generator:
@@ -43,8 +44,8 @@ def stratified_split(y: np.ndarray, test_fraction: float = 0.2,
     """Return sorted (train_idx, test_idx) with class proportions preserved.
 
     Classes with a single example go to train (they cannot be stratified);
-    the rest are split by sklearn's `train_test_split(stratify=...)`, or by
-    per-class rounding when sklearn refuses (too few examples per class).
+    the rest are split as scikit-learn's ``train_test_split(stratify=...)`` splits them, or by
+    per-class rounding where it refuses (too few examples per class).
     """
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
@@ -58,8 +59,8 @@ def stratified_split(y: np.ndarray, test_fraction: float = 0.2,
     if len(rest) == 0:
         return np.arange(len(y)), np.array([], dtype=np.int64)
     try:
-        tr, te = train_test_split(rest, test_size=test_fraction, stratify=y[rest],
-                                  random_state=int(rng.integers(2**31 - 1)))
+        tr_local, te_local = stratified_train_test_split(y[rest], test_fraction, int(rng.integers(2**31 - 1)))
+        tr, te = rest[tr_local], rest[te_local]
     except ValueError:
         tr_local, te_local = _per_class_split(y[rest], test_fraction, rng)
         tr, te = rest[tr_local], rest[te_local]

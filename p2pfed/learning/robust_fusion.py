@@ -18,7 +18,6 @@ returns the combined row:
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import trim_mean
 
 RULES = ("median", "trimmed-mean", "krum", "clip")
 
@@ -29,6 +28,8 @@ def combine(rows: np.ndarray, weights: np.ndarray, rule: str, *, trim_fraction: 
     if rule == "median":
         return np.asarray(np.median(rows, axis=0))
     if rule == "trimmed-mean":
+        from scipy.stats import trim_mean   # imported when used: scipy.stats is slow to import
+
         return np.asarray(trim_mean(rows, trim_fraction, axis=0))
     if rule == "krum":
         chosen = krum_choice(rows, byzantine, select)

@@ -237,13 +237,14 @@ def check_parts_declared(setup: Setup) -> None:
 
 def check_malformed_payloads_refused(setup: Setup) -> None:
     federation = setup.federation().run(2)
+    fresh_receiver = _receiver_factory(setup, federation.algorithms[0])
     sender = federation.algorithms[1]
     shared = merge_parts(_as_list(sender.share(federation.next_round)))
     if not shared:
         return   # a method that sends nothing receives nothing
     for payload in shared:
         for what, bad in _corruptions(payload):
-            receiver = setup.federation().run(2).algorithms[0]
+            receiver = fresh_receiver()
             before = dict(receiver.cache)
             item = Received(sender=1, round=2, sent_at=2.0, received_at=2.0, payload=bad)
             try:
@@ -262,6 +263,17 @@ def check_malformed_payloads_refused(setup: Setup) -> None:
             except Exception as exc:
                 raise ContractError(f"a payload with {what} passed check but then {type(exc).__name__}: {exc} "
                                     "(check must refuse what fuse cannot use)") from None
+
+
+def _receiver_factory(setup: Setup, receiver: Algorithm) -> Callable[[], Algorithm]:
+    """Copies of ``receiver`` as it stands after its rounds, one per corrupted payload, so that no
+    payload sees another's effects. A device that cannot be deep-copied (it holds something that
+    does not copy) is rebuilt by running a new federation to the same round instead."""
+    try:
+        pristine = copy.deepcopy(receiver)
+    except Exception:   # any object a user's method holds may refuse to copy
+        return lambda: setup.federation().run(2).algorithms[0]
+    return lambda: copy.deepcopy(pristine)
 
 
 def check_reduced_precision_accepted(setup: Setup) -> None:

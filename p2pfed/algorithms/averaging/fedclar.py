@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 from pydantic import Field, ValidationInfo, model_validator
-from sklearn.cluster import AgglomerativeClustering
 
 from p2pfed.algorithms.base import DeviceContext, Payload, Received, TrainingWork, expect_array, run_facts
 from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
@@ -67,6 +66,8 @@ def cluster_of_first(updates: np.ndarray, threshold: float) -> np.ndarray:
     """Indices of the rows clustered with row 0 (average linkage, cosine distance < threshold)."""
     if len(updates) < 2:
         return np.zeros(len(updates), dtype=np.int64)
+    from sklearn.cluster import AgglomerativeClustering   # imported when used: scikit-learn is slow to import
+
     labels = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
                                      distance_threshold=threshold).fit_predict(cosine_distances(updates))
     return np.flatnonzero(labels == labels[0])
