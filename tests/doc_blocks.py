@@ -73,9 +73,23 @@ def commands(code: str) -> list[str]:
     return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
+def without_substitutions(command: str) -> str:
+    """``$(...)`` (nested parentheses included) as one placeholder word, for parsing only."""
+    out, i = [], 0
+    while (start := command.find("$(", i)) >= 0:
+        depth, j = 0, start + 1
+        for j in range(start + 1, len(command)):
+            depth += {"(": 1, ")": -1}.get(command[j], 0)
+            if depth == 0:
+                break
+        out += [command[i:start], "SUBSTITUTED"]
+        i = j + 1
+    return "".join(out) + command[i:]
+
+
 def p2pfed_argv(command: str) -> list[str] | None:
     """The arguments of a ``p2pfed`` (or ``sudo p2pfed``) command; None for another program."""
-    words = shlex.split(command, comments=True)
+    words = shlex.split(without_substitutions(command), comments=True)
     if words[:1] == ["sudo"]:
         words = words[1:]
     return words[1:] if words[:1] == ["p2pfed"] else None
@@ -98,17 +112,22 @@ class PageRun:
         self.parsed: list[list[str]] = []    # every p2pfed command only parsed
 
     def where(self, block: Block) -> str:
-        return f"{self.page.relative_to(ROOT)}:{block.line + 1}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{block.line + 1}"
 
     def run(self) -> PageRun:
         """Every block in order."""
-        before = Path.cwd()
+        before, path = Path.cwd(), list(sys.path)
         os.chdir(self.folder)
         try:
             for block in blocks(self.page):
                 self.block(block)
         finally:
             os.chdir(before)
+            sys.path[:] = path   # a page may add its folder; its own modules go with it
+            for name, module in list(sys.modules.items()):
+                if Path(getattr(module, "__file__", None) or "/").resolve().is_relative_to(self.folder.resolve()):
+                    del sys.modules[name]
         return self
 
     def block(self, block: Block) -> None:

@@ -4,20 +4,26 @@ command on any page parses.
 
 What is not executed here, and where it is: the pages with real peers on loopback and with Dask
 sweeps run in the slow set (``-m slow``, which ``.ci/run`` runs: tens of seconds each, peer and
-worker processes starting); in the default run their commands are only parsed (the last test). Blocks marked ``<!-- test: parse ... -->`` (root namespaces, real hosts, long runs on the
-full-size scenarios) are parsed, their comment naming the test that runs them where one does.
-``docs/writing-a-method.md`` is run by ``tests/test_method_page.py``; the site itself is built
-by ``mkdocs build --strict`` in ``.ci/run``.
+worker processes starting); in the default run their commands are only parsed. Blocks marked
+``<!-- test: parse ... -->`` (root namespaces, real hosts, long runs on the full-size scenarios)
+are parsed, their comment naming the test that runs them where one does.
+``docs/writing-a-method.md`` is run by ``tests/test_method_page.py``. The site is built with
+``mkdocs build --strict`` here (seconds; skipped where the ``docs`` extra is not installed) and in
+``.ci/run``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests import doc_blocks
 from tests.doc_blocks import PageRun, blocks, commands, p2pfed_argv, prepare
 
 DOCS = ROOT / "docs"
@@ -92,17 +98,43 @@ def test_every_p2pfed_command_on_every_page_parses():
     assert seen >= 40
 
 
-def test_a_page_that_promises_an_exit_code_gets_it_and_a_wrong_one_fails(tmp_path):
-    """The runner itself: a command's stated exit status is checked, a missing results file is caught."""
+def test_the_runner_checks_exit_codes_results_folders_and_reasons(tmp_path, monkeypatch):
+    """A command's stated exit status is checked; a results folder it promises must be there; a
+    parse-only block must say why; a command needing root cannot be run."""
     page = tmp_path / "page.md"
-    page.write_text("```bash\np2pfed validate scenarios/broken.yaml   # exit code 2\n```\n")
     prepare(tmp_path)
+    page.write_text("```bash\np2pfed validate scenarios/broken.yaml   # exit code 2\n```\n")
     PageRun(page, tmp_path).run()
     page.write_text("```bash\np2pfed validate scenarios/broken.yaml\n```\n")
     with pytest.raises(AssertionError, match="broken.yaml"):
+        PageRun(page, tmp_path).run()
+    page.write_text("```bash\np2pfed report nowhere --out x   # exit code 2\n```\n")
+    with pytest.raises(SystemExit):    # --out is no option of report: the parser refuses it
+        PageRun(page, tmp_path).run()
+    monkeypatch.setitem(doc_blocks.RESULTS, "keys", "summary.json")   # keys writes no summary
+    page.write_text("```bash\np2pfed keys --out made --peers 1\n```\n")
+    with pytest.raises(AssertionError, match="no summary.json in --out"):
+        PageRun(page, tmp_path).run()
+    page.write_text("<!-- test: parse -->\n```bash\np2pfed run\n```\n")
+    with pytest.raises(ValueError, match="must say why"):
+        PageRun(page, tmp_path).run()
+    page.write_text("```bash\nsudo p2pfed launch --network emulated\n```\n")
+    with pytest.raises(AssertionError, match="root"):
         PageRun(page, tmp_path).run()
 
 
 def test_no_page_written_for_users_cites_an_issue_number():
     for page in [DOCS / p for p in [*EXECUTED, "index.md"]] + [ROOT / "README.md"]:
         assert not re.search(r"\bissue \d+|#\d{2,}\b", page.read_text(), flags=re.I), page
+
+
+def test_the_site_builds_without_a_warning(tmp_path):
+    """Strict: a broken link, a page missing from the nav's files or a docstring mkdocstrings
+    cannot render fails the build (no --quiet: it hides the warnings strict mode counts)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "api" / "index.html").read_text().count("p2pfed.api.run") > 0
