@@ -174,6 +174,18 @@ def test_folder_of_device_files(tmp_path):
     assert _problem(folder) == f"{folder / 'phone-c.npz'}: array 'x': 3 features, but phone-a.npz has 4"
 
 
+def test_a_scenario_names_a_folder_of_device_files(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    (tmp_path / "devices").mkdir()
+    for name in ("a", "b"):
+        np.savez(tmp_path / "devices" / f"{name}.npz", x=rng.normal(size=(12, 3)), label=np.tile([0, 1], 6))
+    (tmp_path / "s.yaml").write_text("dataset: {name: files, path: devices}\n")
+    assert main(["validate", str(tmp_path / "s.yaml")]) == 0, capsys.readouterr().err
+    (tmp_path / "t.yaml").write_text("topology: {kind: file, file: devices}\n")   # a topology is one file
+    assert main(["validate", str(tmp_path / "t.yaml")]) == 2
+    assert "topology.file: not a file" in capsys.readouterr().out
+
+
 def test_parquet_table(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

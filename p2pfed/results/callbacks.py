@@ -2,7 +2,7 @@
 
 A simulation calls every callback with each ``rounds.csv`` row as soon as its evaluation is
 complete, and with ``summary.json`` at the end; an MLflow or Weights & Biases adapter is a
-subclass of ``Callback`` of a few lines (README, "From Python").
+subclass of ``Callback`` of a few lines (docs/how-to/python-api.md).
 """
 
 from __future__ import annotations

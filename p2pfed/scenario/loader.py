@@ -352,7 +352,7 @@ def _missing_files(raw: dict[str, Any], source: str, base_dir: Path) -> list[str
             p = p if p.is_absolute() else base_dir / p
             if not p.exists():
                 problems.append(f"{source}: {section}.{key}: file not found: {p}")
-            elif not p.is_file():
+            elif not p.is_file() and not (section == "dataset" and p.is_dir()):   # a folder of .npz files
                 problems.append(f"{source}: {section}.{key}: not a file: {p}")
     return problems
 
