@@ -8,8 +8,8 @@ worker processes starting); in the default run their commands are only parsed. B
 ``<!-- test: parse ... -->`` (root namespaces, real hosts, long runs on the full-size scenarios)
 are parsed, their comment naming the test that runs them where one does.
 ``docs/writing-a-method.md`` is run by ``tests/test_method_page.py``. The site is built with
-``mkdocs build --strict`` here (seconds; skipped where the ``docs`` extra is not installed) and in
-``.ci/run``.
+``mkdocs build --strict`` in the slow set, which ``.ci/run`` runs (skipped where the ``docs`` extra
+is not installed).
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def test_no_page_written_for_users_cites_an_issue_number():
         assert not re.search(r"\bissue \d+|#\d{2,}\b", page.read_text(), flags=re.I), page
 
 
+@pytest.mark.slow   # in the slow set .ci/run runs
 def test_the_site_builds_without_a_warning(tmp_path):
     """Strict: a broken link, a page missing from the nav's files or a docstring mkdocstrings
     cannot render fails the build (no --quiet: it hides the warnings strict mode counts)."""
