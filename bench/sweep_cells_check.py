@@ -2,17 +2,17 @@
 
 For each sweep file in ``sweeps/`` the script finds the results folder it made under
 ``bench/results/`` (the ``--out`` its header names, else the folder whose ``sweep.json`` has its
-name, else the folder whose README names the file), picks the cheapest point both the current
-grid and the committed folder hold (the method and swept values with the smallest median committed
-wall time, then the lowest seed; ``--skip-method local`` picks a method that exchanges), runs exactly that cell as a ``p2pfed sweep`` worker does (a fresh
-process, one torch thread, ``run_cell`` into a temporary folder) and compares every column both
-have: the cell's ``rounds.csv``, ``devices.csv``, ``dataset.json`` and ``summary.json`` figures,
-or, where the committed folder keeps no per-cell files, its ``sweep.csv`` row or the older
-``comm_bench.csv`` row and ``f1_over_time.csv`` curve. Equal text is "same"; otherwise each
-differing column is listed old -> new with its largest absolute difference, and the line says
-which commit made the committed figures. Wall time, the code
-version and file paths are not figures and are left out; the scenario itself is compared in its
-canonical form and named when it differs.
+name, else the folder whose README names the file), picks the cheapest point both the current grid
+and the committed folder hold (the method and swept values with the smallest median committed wall
+time, then the lowest seed; ``--skip-method local`` picks a method that exchanges), runs exactly
+that cell as a ``p2pfed sweep`` worker does (a fresh process, one torch thread, ``run_cell`` into a
+temporary folder) and compares every column both have: the cell's ``rounds.csv``, ``devices.csv``,
+``dataset.json`` and ``summary.json`` figures, or, where the committed folder keeps no per-cell
+files, its ``sweep.csv`` row or the older ``comm_bench.csv`` row and ``f1_over_time.csv`` curve.
+Equal text is "same"; otherwise each differing column is listed old -> new with its largest absolute
+difference, and the line says which commit made the committed figures. Wall time, the code version
+and file paths are not figures and are left out; the scenario itself is compared in its canonical
+form and named when it differs.
 
     python bench/sweep_cells_check.py --list
     nice -n 15 python bench/sweep_cells_check.py --only adversaries
