@@ -7,8 +7,8 @@ from p2pfed.scenario.threads import WORKER_THREADS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One PyTorch thread per test process, and in every process a test starts: the tests run one
-# process per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
+# One PyTorch thread per test process, and in every process a test starts: the tests run two
+# processes per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
 # waiting threads, on cores another process is using, slow each run many times over. Set before
 # torch is imported; the runtimes read it as a sweep worker's thread count (results do not depend
 # on it). A contact run then starts no offload helper unless the test asks for one.
@@ -52,6 +52,13 @@ SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py"
                  "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
                  "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
                  "test_fedsub_science.py": "fedsub-science"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two workers per core for ``-n auto``: many tests wait on real time (peers' rounds, emulated
+    links, processes starting), and a second worker per core keeps the core busy meanwhile."""
+    return 2 * len(os.sched_getaffinity(0))
 
 
 @pytest.hookimpl(optionalhook=True)
