@@ -41,8 +41,8 @@ function lineChart(parent, title, xLabel, series) {
   el("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#444"}, svg);
   for (let i = 0; i <= 4; i++) {
     const xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
-    el("text", {x: sx(xv), y: H - B + 14, "text-anchor": "middle", "font-size": 10}, svg).textContent = fmt(+xv.toPrecision(3));
-    el("text", {x: L - 4, y: sy(yv) + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = fmt(+yv.toPrecision(3));
+    el("text", {x: sx(xv), y: H - B + 14, "text-anchor": "middle", "font-size": 10}, svg).textContent = String(+xv.toPrecision(3));
+    el("text", {x: L - 4, y: sy(yv) + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = String(+yv.toPrecision(3));
   }
   series.forEach((s, k) => {
     const colour = COLOURS[k % COLOURS.length];
@@ -130,7 +130,7 @@ function runPage(root, d) {
   const plots = html("div", undefined, root);
   plots.className = "plots";
   const mean = column(d.rounds, "f1_macro_mean"), std = column(d.rounds, "f1_macro_std");
-  const f1 = [{name: "f1", x, y: mean, lo: mean.map((m, i) => m - (std[i] || 0)), hi: mean.map((m, i) => m + (std[i] || 0))}];
+  const f1 = [{name: "f1 (headline)", x, y: mean, lo: mean.map((m, i) => m - (std[i] || 0)), hi: mean.map((m, i) => m + (std[i] || 0))}];
   for (const p of ["after_fusion", "after_training"]) {
     if (d.rounds.length && ("f1_" + p + "_mean") in d.rounds[0])
       f1.push({name: p.replace("_", " "), x, y: column(d.rounds, "f1_" + p + "_mean")});
