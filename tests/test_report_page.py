@@ -86,7 +86,8 @@ def _drawn_pixels(browser) -> int:
 
 def _charts(browser) -> list:
     """The page's charts that have a drawn line."""
-    return [c for c in browser.find_elements("css selector", "svg.chart") if c.find_elements("css selector", "polyline")]
+    charts = browser.find_elements("css selector", "svg.chart")
+    return [c for c in charts if c.find_elements("css selector", "polyline")]
 
 
 @pytest.mark.slow   # three runs and a sweep, in a browser

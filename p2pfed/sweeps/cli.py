@@ -79,7 +79,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.pack:
         left_out = pack(out)
         print(f"cells packed into {out}/ (cells.jsonl, cells-rounds.csv, cells-devices.csv, cells-datasets.jsonl)"
-              + (f"; {len(left_out)} plot file(s) of the cells left out" if left_out else ""), file=sys.stderr)
+              + (f"; {len(left_out)} file(s) of the cells left out (their plots and graph files)" if left_out else ""), file=sys.stderr)
     return 0
 
 
