@@ -94,9 +94,14 @@ def _charts(browser) -> list:
 def test_pages_render_in_a_browser_and_the_slider_redraws_the_contact_graph(browser, tmp_path):
     from selenium.webdriver.common.keys import Keys
 
-    _load(browser, _run(tmp_path / "rounds", SMALL + ["rounds=3"]))
-    assert len(_charts(browser)) >= 3 and _drawn_pixels(browser) > 5000
+    batteries = tmp_path / "batteries.csv"
+    batteries.write_text("device,profile,battery_j\n" + "".join(f"{i},phone,{5 if i == 0 else ''}\n" for i in range(5)))
+    _load(browser, _run(tmp_path / "rounds", SMALL + ["rounds=3", "devices.radio=lte", f"devices.file={batteries}",
+                                                     "adversaries=[{kind: noise, devices: [1]}]"]))
+    assert len(_charts(browser)) == 4 and _drawn_pixels(browser) > 5000   # F1, bytes, messages, energy
+    assert len(browser.find_elements("css selector", "rect.bar")) == 5 + 1 + 2   # energy, battery, honest/adversary
     assert browser.find_elements("css selector", "#graph line")   # the topology's links
+    assert [c.text for c in browser.find_elements("css selector", "td.adversary")][:2] == ["1", "synthetic-1"]
     browser.find_elements("css selector", "th")[2].click()   # f1_macro: sorted ascending
     cells = browser.find_elements("css selector", "table")[0].find_elements("css selector", "tbody tr td:nth-child(3)")
     shown = [float(c.text) for c in cells]

@@ -60,6 +60,22 @@ function lineChart(parent, title, xLabel, series) {
   return svg;
 }
 
+// bars: [{label, value, colour?}]
+function barChart(parent, title, bars, scale) {
+  const W = 460, H = 280, L = 60, T = 24, B = 50, top = scale || Math.max(...bars.map(b => b.value), 1e-12);
+  const svg = el("svg", {width: W, height: H, class: "chart"}, parent);
+  el("text", {x: W / 2, y: 16, "text-anchor": "middle", "font-size": 13}, svg).textContent = title;
+  el("line", {x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "#444"}, svg);
+  el("text", {x: L - 4, y: T + 4, "text-anchor": "end", "font-size": 10}, svg).textContent = String(+top.toPrecision(3));
+  const step = (W - L - 10) / bars.length;
+  bars.forEach((b, i) => {
+    const h = (H - T - B) * b.value / top, x = L + i * step + step * 0.1;
+    el("rect", {x, y: H - B - h, width: step * 0.8, height: h, fill: b.colour || COLOURS[0], class: "bar"}, svg);
+    el("text", {x: x + step * 0.4, y: H - B + 14, "text-anchor": "middle", "font-size": 10}, svg).textContent = b.label;
+  });
+  return svg;
+}
+
 // a table whose rows sort by the clicked header (again: the other way)
 function sortableTable(parent, columns, rows, cellClass) {
   const table = html("table", undefined, parent), head = html("tr", undefined, html("thead", undefined, table));
@@ -140,6 +156,20 @@ function runPage(root, d) {
   lineChart(plots, "messages", xLabel, ["messages_sent", "messages_dropped"].map(c => ({name: c, x, y: column(d.rounds, c)})));
   const energy = d.rounds.length ? Object.keys(d.rounds[0]).filter(c => /energy|battery|joule/i.test(c)) : [];
   if (energy.length) lineChart(plots, "energy", xLabel, energy.map(c => ({name: c, x, y: column(d.rounds, c)})));
+  if (d.devices.some(r => typeof r.energy_j === "number"))
+    barChart(plots, "energy used per device (J)", d.devices.map(r => ({label: String(r.device), value: r.energy_j || 0})));
+  const powered = d.devices.filter(r => typeof r.battery_j === "number");
+  if (powered.length)
+    barChart(plots, "battery left (J; scale: the largest battery)",
+             powered.map(r => ({label: String(r.device), value: r.battery_left_j || 0})),
+             Math.max(...powered.map(r => r.battery_j)));
+  const roles = [...new Set(d.devices.map(r => r.role))];
+  if (roles.length > 1) {
+    const f1 = role => { const v = d.devices.filter(r => r.role === role).map(r => r.f1_macro);
+                         return v.reduce((a, b) => a + b, 0) / v.length; };
+    barChart(plots, "final macro-F1: honest vs adversarial devices",
+             roles.map(role => ({label: role, value: f1(role), colour: role === "honest" ? COLOURS[0] : COLOURS[3]})));
+  }
   if (d.graph) {
     html("h2", d.graph.times.length > 1 ? "Contact graph over time" : "Topology", root);
     graphView(root, d.graph, d.devices.map(r => r.role));

@@ -78,8 +78,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"results in {args.out}/ ({FILES})", file=sys.stderr)
     if args.pack:
         left_out = pack(out)
+        dropped = f"; {len(left_out)} file(s) of the cells left out (their plots and graph files)" if left_out else ""
         print(f"cells packed into {out}/ (cells.jsonl, cells-rounds.csv, cells-devices.csv, cells-datasets.jsonl)"
-              + (f"; {len(left_out)} file(s) of the cells left out (their plots and graph files)" if left_out else ""), file=sys.stderr)
+              + dropped, file=sys.stderr)
     return 0
 
 
