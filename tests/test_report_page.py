@@ -126,3 +126,5 @@ def test_pages_render_in_a_browser_and_the_slider_redraws_the_contact_graph(brow
     _load(browser, tmp_path / "sweep" / "report.html")
     assert len(_charts(browser)) == 1 and _drawn_pixels(browser) > 5000
     assert len(browser.find_elements("css selector", "table")) == 2
+    paired = list(csv.DictReader((tmp_path / "sweep" / "paired.csv").open()))
+    assert len(browser.find_elements("css selector", "svg.chart circle")) == len(paired) > 0   # the forest plot

@@ -20,7 +20,7 @@ function html(tag, text, parent) {
 
 function fmt(v) {
   if (typeof v !== "number") return v === null || v === undefined ? "" : String(v);
-  return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  return Number.isInteger(v) ? String(v) : String(+v.toPrecision(4));
 }
 
 // series: [{name, x: [], y: [], lo?: [], hi?: []}]; a band between lo and hi where given
@@ -73,6 +73,30 @@ function barChart(parent, title, bars, scale) {
     el("rect", {x, y: H - B - h, width: step * 0.8, height: h, fill: b.colour || COLOURS[0], class: "bar"}, svg);
     el("text", {x: x + step * 0.4, y: H - B + 14, "text-anchor": "middle", "font-size": 10}, svg).textContent = b.label;
   });
+  return svg;
+}
+
+// the paired comparisons: each difference in F1 with its 95 % interval, zero marked
+function forestPlot(parent, rows) {
+  const W = 760, L = 330, R = 20, T = 24, step = 18, H = T + step * rows.length + 30;
+  const svg = el("svg", {width: W, height: H, class: "chart"}, parent);
+  const ends = rows.flatMap(r => [r.f1_diff_ci_low, r.f1_diff_ci_high, r.f1_diff, 0]).filter(v => typeof v === "number");
+  let [x0, x1] = [Math.min(...ends), Math.max(...ends)];
+  if (x1 === x0) x1 = x0 + 1;
+  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+  el("text", {x: W / 2, y: 16, "text-anchor": "middle", "font-size": 13}, svg).textContent =
+    "F1 difference a − b over seeds (95 % interval)";
+  el("line", {x1: sx(0), y1: T, x2: sx(0), y2: H - 30, stroke: "#888", "stroke-dasharray": "4 3"}, svg);
+  rows.forEach((r, i) => {
+    const y = T + step * (i + 0.5);
+    el("text", {x: L - 6, y: y + 4, "text-anchor": "end", "font-size": 10}, svg).textContent =
+      `${r.a} vs ${r.b} (${r.protocol})`;
+    if (typeof r.f1_diff_ci_low === "number" && typeof r.f1_diff_ci_high === "number")
+      el("line", {x1: sx(r.f1_diff_ci_low), y1: y, x2: sx(r.f1_diff_ci_high), y2: y, stroke: COLOURS[0]}, svg);
+    if (typeof r.f1_diff === "number") el("circle", {cx: sx(r.f1_diff), cy: y, r: 3.5, fill: COLOURS[0]}, svg);
+  });
+  for (const v of [x0, 0, x1])
+    el("text", {x: sx(v), y: H - 12, "text-anchor": "middle", "font-size": 10}, svg).textContent = String(+v.toPrecision(3));
   return svg;
 }
 
@@ -190,6 +214,7 @@ function sweepPage(root, d) {
   html("h2", "Summary (click a header to sort)", root);
   sortableTable(root, d.summary.length ? Object.keys(d.summary[0]) : [], d.summary);
   html("h2", "Paired comparisons (by seed)", root);
+  if (d.paired.length) forestPlot(root, d.paired);
   sortableTable(root, d.paired.length ? Object.keys(d.paired[0]) : [], d.paired);
 }
 
