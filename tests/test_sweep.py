@@ -206,7 +206,7 @@ def test_a_packed_sweep_reports_the_same_and_unpacks_to_the_same_files(two_worke
     shutil.copytree(out, copy)
     assert main(["report", str(copy), "--pack"]) == 0
     assert not (copy / "cells").exists() and (copy / INDEX).is_file()
-    assert "8 plot file(s) of the cells left out" in capsys.readouterr().err
+    assert "16 file(s) of the cells left out (their plots and graph files)" in capsys.readouterr().err
     index = [json.loads(line) for line in (copy / INDEX).read_text().splitlines()]
     assert len(index) == 8 and len(rows(copy / TABLES["devices.csv"])) == 8 * 4   # 4 devices per cell
     for name in ("sweep.csv", "summary.csv", "paired.csv"):

@@ -134,7 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_results(done, out, sc.name)
     summary = done.summary
     print(format_table([row := comparison_row(summary)], comparison_columns([row])))
-    print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
+    graph = "contacts.csv, contacts.png" if done.plan is not None else "edges.csv"
+    print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png, {graph};"
+          f" `p2pfed report {out}` makes report.html)")
     return 0
 
 

@@ -66,6 +66,7 @@ class Simulated:
     plan: ContactPlan | None
     energy: EnergyMeter | None = None
     resumed_at_end: bool = False     # resumed from a checkpoint taken at the run's end
+    graph: Any = None                # the rounds' topology (networkx), for edges.csv
 
 
 def run_scenario(loaded: RunSpec, out_dir: Path | None = None, *, progress: bool = True,
@@ -85,13 +86,19 @@ def run_scenario(loaded: RunSpec, out_dir: Path | None = None, *, progress: bool
 
 
 def write_results(done: Simulated, out_dir: Path, name: str) -> None:
-    """A simulation's results files (and, over contacts, its contact-graph snapshots)."""
+    """A simulation's results files, its graph as data (``edges.csv`` or ``contacts.csv``) and,
+    over contacts, its contact-graph snapshots."""
+    from p2pfed.results.graph_files import write_contacts, write_edges
+
     meter = done.energy
     write_run(out_dir, done.summary, done.recorder, done.names, dataset=done.dataset,
               round_columns=None if meter is None else {row["round"]: meter.round_columns(row["round"] - 1)
                                                          for row in done.recorder.rows},
               device_columns=None if meter is None else [meter.device_columns(i) for i in range(len(done.names))])
+    if done.graph is not None:
+        write_edges(out_dir, done.graph)
     if done.plan is not None:
+        write_contacts(out_dir, done.plan)
         from p2pfed.results.plots import plot_contacts
         sim_time = float(done.summary["sim_time_s"])
         plot_contacts(done.plan, [round(sim_time * f) for f in (0.25, 0.5, 0.75)],
@@ -151,7 +158,7 @@ def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpoin
     rows.emit(recorder.rows)
     rows.end(summary)
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter,
-                     resumed_at_end=at_end)
+                     resumed_at_end=at_end, graph=graph if plan is None else None)
 
 
 def _check_windows(loaded: RunSpec, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:

@@ -10,8 +10,9 @@
 ``pack`` writes them from ``OUT/cells/`` and removes the cell folders only after reading the
 archive back and finding every packed file as it was, byte for byte; ``unpack`` writes the cell
 folders again (``p2pfed sweep --resume`` does it first). The tables, paired tests and plots of
-``p2pfed report`` read either form through ``stored_cells``. A cell's own plots are not kept:
-``p2pfed run`` draws them and the sweep's plots do not need them.
+``p2pfed report`` read either form through ``stored_cells``. A cell's own plots and graph files
+(``edges.csv``, ``contacts.csv``) are not kept: ``p2pfed run`` writes them again and the sweep's
+tables, plots and page do not need them.
 """
 
 from __future__ import annotations

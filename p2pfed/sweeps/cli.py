@@ -30,8 +30,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("report", help="rebuild a sweep's sweep.csv, summary.csv and plots from its cells")
-    p.add_argument("out", metavar="DIR", help="the sweep's results folder")
+    p = sub.add_parser("report", help="write report.html (one page to open offline) for a run or a sweep folder;"
+                                      " for a sweep, first rebuild sweep.csv, summary.csv and plots from its cells")
+    p.add_argument("out", metavar="DIR", help="a run's or a sweep's results folder")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--pack", action="store_true",
                       help="then keep the cells in four files (cells.jsonl, cells-*.csv) instead of a folder each")
@@ -60,15 +61,31 @@ def _seed_list(text: str) -> list[int]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from p2pfed.sweeps.archive import pack, unpack
+    from p2pfed.results.report_page import write_page
+    from p2pfed.sweeps import store
     from p2pfed.sweeps.report import FILES, build_report
 
     out = Path(args.out)
+    if not store.has_manifest(out) and (out / "summary.json").is_file():
+        if args.pack or args.unpack:
+            print(f"p2pfed report: {out} is a run folder; --pack and --unpack are for sweeps", file=sys.stderr)
+            return 2
+        print(f"report in {write_page(out, *_run_page(out))}", file=sys.stderr)
+        return 0
     if args.unpack:
         print(f"{unpack(out)} cell folder(s) written back into {out / 'cells'}/", file=sys.stderr)
     print(build_report(out))
     print(f"results in {args.out}/ ({FILES})", file=sys.stderr)
     if args.pack:
         left_out = pack(out)
+        dropped = f"; {len(left_out)} file(s) of the cells left out (their plots and graph files)" if left_out else ""
         print(f"cells packed into {out}/ (cells.jsonl, cells-rounds.csv, cells-devices.csv, cells-datasets.jsonl)"
-              + (f"; {len(left_out)} plot file(s) of the cells left out" if left_out else ""), file=sys.stderr)
+              + dropped, file=sys.stderr)
     return 0
+
+
+def _run_page(out: Path) -> tuple[str, dict]:
+    from p2pfed.results.report_page import run_page_data
+
+    data = run_page_data(out)
+    return data["title"], data
