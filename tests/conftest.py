@@ -71,13 +71,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     return SharedWorkerScheduling(config, log)
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The shared-worker groups first, the network-namespace group first of all: each is one long
-    chain on one worker, so it starts at once and the other workers share out the rest meanwhile
-    (a chain handed out last would finish alone)."""
-    def rank(item: pytest.Item) -> int:
-        group = SHARED_WORKER.get(Path(item.nodeid.split("::")[0]).name)
-        return 0 if group == "namespaces" else 1 if group else 2
-
-    items.sort(key=rank)   # stable: each file keeps its own order

@@ -64,7 +64,7 @@ def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, c
     # each cell folder is exactly what `p2pfed run` writes
     for r in one:
         assert {p.name for p in (out1 / "cells" / r["cell"]).iterdir()} == \
-            {"rounds.csv", "devices.csv", "dataset.json", "summary.json", "plot.png"}
+            {"rounds.csv", "devices.csv", "dataset.json", "summary.json", "plot.png", "edges.csv"}
     assert "2 Dask worker" not in capsys.readouterr().err  # this one ran on 1 worker
 
 
