@@ -20,6 +20,7 @@ from p2pfed.peer.keys import KeyFileError, load_pair, load_public
 from p2pfed.results.files import output_dir_problem
 from p2pfed.scenario.loader import describe_error, field_errors, read_yaml_file
 from p2pfed.scenario.errors import ScenarioError
+from p2pfed.scenario.spec import resolve_from
 
 _TCP = re.compile(r"tcp://(\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)")
 MAX_PORT = 65535
@@ -148,10 +149,7 @@ class LoadedPeerConfig:
     def resolve(self, path: None) -> None: ...
 
     def resolve(self, path: str | None) -> Path | None:
-        if path is None:
-            return None
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else self.base_dir / p
+        return None if path is None else resolve_from(self.base_dir, path)
 
 
 def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerConfig:

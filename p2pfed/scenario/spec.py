@@ -31,6 +31,12 @@ from p2pfed.scenario.schema import Scenario
 from p2pfed.scenario.swap import Swap
 
 
+def resolve_from(base_dir: Path, path: str) -> Path:
+    """``path`` as a file names it: relative to ``base_dir`` (the file's folder) unless absolute."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """A validated scenario, built once: its method's class and options and its model factory
@@ -53,10 +59,7 @@ class RunSpec:
 
     def resolve(self, path: str | None) -> Path | None:
         """A path the scenario names, relative to its own folder unless absolute."""
-        if path is None:
-            return None
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else self.base_dir / p
+        return None if path is None else resolve_from(self.base_dir, path)
 
     @cached_property
     def federation(self) -> FederatedDataset:
