@@ -22,10 +22,11 @@ adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts 
   poisoned, the others stay intact.
 - ``free-ride``: it never trains; it fuses what others send and shares what it holds.
 - ``sybil`` (contacts with forwarding): besides its own share it sends the same (poisoned)
-  share as copies "carried" for ``identities`` other devices (their ids, drawn from the seed):
-  a carried copy's origin is not authenticated, so a receiver caches it as that device's
-  artifact, and one liar counts as several in every fusion that counts peers (a median's
-  majority, a cluster's members).
+  share as copies "carried" for ``identities`` other devices (their ids, drawn from the seed).
+  Where artifacts are not signed (``security.sign_artifacts: false``) a carried copy's origin is
+  taken on trust, so a receiver caches it as that device's artifact, and one liar counts as
+  several in every fusion that counts peers (a median's majority, a cluster's members); signed,
+  each forged copy fails its claimed owner's signature and is refused.
 
 Model attacks, prototype and subnetwork poisoning and free-riding act from ``start_round``.
 Integer and boolean arrays (masks, indices, counts) are never changed: the messages stay well

@@ -461,6 +461,18 @@ class ForwardingSection(Section):
     buffer_items: int = Field(default=64, ge=1, description="Carried items per device; the oldest are evicted first.")
 
 
+class SecuritySection(Section):
+    """What binds an artifact to the device that made it."""
+
+    sign_artifacts: bool = Field(default=True, description=(
+        "Every device signs each artifact it shares (Ed25519, over its content, round and owner id) and every "
+        "receiver checks the signature on arrival and on every carried copy: a copy whose signature is not its "
+        "claimed owner's (a Sybil's forgery) is refused and counted in `comm.drop_reasons` as `bad-signature`. The "
+        "signature travels in each message and its bytes are counted. Simulated keys derive from `seed` and the "
+        "device id. `false`: artifacts are not authenticated (an unauthenticated network, where a carried copy's "
+        "origin is taken on trust)."))
+
+
 class ChurnSection(Section):
     """Devices go offline and come back; exponential on/off durations (off when both unset)."""
 
@@ -493,7 +505,7 @@ class AdversarySection(Section):
         "prototype `shift` of the way toward the goal `toward` names; `subnetwork-poison`: the rows of "
         "`target_class`'s own units times -`factor` (methods with class subnetworks); `free-ride`: never trains, "
         "fuses and shares what it holds; `sybil`: also sends its share as copies carried for `identities` other "
-        "devices (needs `forwarding.enabled`)."))
+        "devices (needs `forwarding.enabled`; each such copy is refused while `security.sign_artifacts` is on)."))
     devices: list[int] | None = Field(default=None, description=(
         "These device ids are adversaries; give this or `fraction`."))
     fraction: float | None = Field(default=None, gt=0, lt=1, description=(
@@ -674,6 +686,8 @@ class Scenario(Section):
     adversaries: list[AdversarySection] = Field(default=[], description=(
         "Devices that lie: each entry chooses devices and an attack, which wraps their method the same way in every "
         "runtime. Empty (the default): every device is honest."))
+    security: SecuritySection = Field(default=SecuritySection(), description=(
+        "Authentication of artifacts between devices: owners sign what they share, receivers check it."))
     devices: DevicesSection = Field(default=DevicesSection(), description=(
         "Devices as they are: compute speed and energy per device class, a radio and batteries. Absent (the default),"
         " none of it runs and results are as without it."))
