@@ -40,7 +40,6 @@ from p2pfed.scenario.loader import fingerprint
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.threads import apply_torch_threads
 from p2pfed.transport import Rejected
-from p2pfed.transport.signing import Keyring, Signer
 
 log = logging.getLogger("p2pfed.peer")
 
@@ -101,21 +100,13 @@ class Peer:
                           neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
                           visible_classes=self.visible_classes,
                           evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both,
-                          precision=sc.engine.precision, signer=self.signer)
+                          precision=sc.engine.precision, signer=self.signing.signer)
         intake = Intake(cfg.id, self.algo, recorder,
                         IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    hold_later_rounds=True, keyring=self.keyring),
+                                    hold_later_rounds=True, keyring=self.signing.keyring),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
-
-    @property
-    def signer(self) -> Signer | None:
-        return None if self.signing is None else self.signing.signer
-
-    @property
-    def keyring(self) -> Keyring | None:
-        return None if self.signing is None else self.signing.keyring
 
     def _radio_busy(self) -> None:
         if self.energy is not None:   # a message's moment on the wire (its duration is the network's)

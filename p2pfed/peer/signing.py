@@ -20,15 +20,18 @@ from p2pfed.transport.signing import Keyring, Signer
 
 @dataclass(frozen=True)
 class PeerSigning:
-    signer: Signer
-    keyring: Keyring
+    """The peer's signer and the keys it checks artifacts with (both None: nothing is signed)."""
+
+    signer: Signer | None = None
+    keyring: Keyring | None = None
 
 
-def peer_signing(loaded: LoadedPeerConfig, *, secure: bool, sign: bool) -> PeerSigning | None:
-    """The peer's signer and the keys it checks artifacts with (None: insecure, or the scenario
-    does not sign); a neighbour's key file without a signing key is one line naming the field."""
+def peer_signing(loaded: LoadedPeerConfig, *, secure: bool, sign: bool) -> PeerSigning:
+    """The peer's signer and the keys it checks artifacts with (none when insecure, or when the
+    scenario does not sign); a neighbour's key file without a signing key is one line naming the
+    field."""
     if not (secure and sign):
-        return None
+        return PeerSigning()
     cfg = loaded.config
     keys = {}
     for i, n in enumerate(cfg.neighbours):
