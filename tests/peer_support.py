@@ -8,11 +8,12 @@ from pathlib import Path
 import yaml
 import zmq
 
-from p2pfed.peer.keys import load_pair, load_public, make_keys
+from p2pfed.peer.keys import load_pair, load_public, make_keys, signer_for_curve
 from p2pfed.peer.launcher import free_ports
 from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import load_scenario
-from p2pfed.transport import Message, encode
+from p2pfed.device import encode_share
+from p2pfed.transport import Message, decode, encode
 from p2pfed.testing import whole_share, train_once
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,14 +43,15 @@ def write_peer_files(tmp: Path, n: int = 3, *, secure: bool = True, overrides: l
     return paths
 
 
-def valid_message(sender: int, round: int = 0) -> tuple[Message, bytes]:
-    """What device ``sender`` of the tiny scenario really sends in round 0."""
+def valid_message(sender: int, round: int = 0, keys: Path | None = None) -> tuple[Message, bytes]:
+    """What device ``sender`` of the tiny scenario really sends in round 0, signed with its key
+    pair in the folder ``keys`` (None: unsigned)."""
     loaded = load_scenario(SCENARIO, TINY)
     algo = build_algorithm(loaded, loaded.federation, sender)
     train_once(algo, 0)
     p = whole_share(algo, 0)
-    msg = Message(kind=algo.message_kind, sender=sender, round=round, sent_at=time.time(),
-                  meta=p.meta, tensors=p.tensors)
+    signer = None if keys is None else signer_for_curve(load_pair(keys / f"peer-{sender}.key_secret")[1])
+    msg = decode(encode_share(algo.message_kind, sender, round, time.time(), p, 2**24, signer=signer))
     return msg, encode(msg)
 
 

@@ -313,21 +313,29 @@ def test_safl_sign_flipping_peers_and_its_median_stage_two():
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs
-def test_a_sybil_speaking_for_eight_devices_outvotes_the_median_on_contacts():
+def test_a_sybil_outvotes_the_median_on_contacts_only_where_artifacts_are_unsigned():
     """Contacts with forwarding: one device sending its model times -3 is outvoted by the
-    median; the same device also sending it as copies "carried" for eight other devices (a
-    carried copy's origin is not authenticated) collapses the honest devices."""
+    median. The same device also sending it as copies "carried" for eight other devices: with
+    artifacts signed (the default) every forged copy is refused as ``bad-signature`` and the
+    median still holds; unsigned (a carried copy's origin taken on trust), it collapses the
+    honest devices."""
     sets = [*GOSSIP, "contacts.kind=poisson", "contacts.duration_s=3600", "contacts.mean_intercontact_s=300",
             "contacts.mean_duration_s=60", "asynchronous.train_period_s=300", "forwarding.enabled=true",
             "forwarding.parts=[whole]", "evaluation.every_s=600", "algorithm.robust=median"]
 
-    def honest(adversaries: str) -> float:
-        summary = run_scenario(load_scenario(SCENARIO, [*sets, f"adversaries={adversaries}"]), progress=False)
+    def run(adversaries: str, *more: str) -> dict:
+        summary = run_scenario(load_scenario(SCENARIO, [*sets, *more, f"adversaries={adversaries}"]),
+                               progress=False)
         assert summary is not None
-        return summary["final"]["f1_macro_mean"] if adversaries == "[]" else summary["adversaries"]["honest_f1_mean"]
-    clean = honest("[]")
-    assert honest("[{kind: sign-flip, devices: [0], factor: 3}]") > clean - 0.05
-    assert honest("[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 8}]") < clean - 0.25
+        return summary
+    clean = run("[]")["final"]["f1_macro_mean"]
+    assert run("[{kind: sign-flip, devices: [0], factor: 3}]")["adversaries"]["honest_f1_mean"] > clean - 0.05
+    sybil = "[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 8}]"
+    signed, unsigned = run(sybil), run(sybil, "security.sign_artifacts=false")
+    assert signed["comm"]["drop_reasons"].get("bad-signature", 0) > 0
+    assert signed["adversaries"]["honest_f1_mean"] > clean - 0.05
+    assert "bad-signature" not in unsigned["comm"]["drop_reasons"]
+    assert unsigned["adversaries"]["honest_f1_mean"] < clean - 0.25
     with pytest.raises(ScenarioError, match="forwarding.enabled"):
         load_scenario(SCENARIO, [*GOSSIP, "adversaries=[{kind: sybil, devices: [0]}]"])
 

@@ -146,3 +146,14 @@ def test_a_plan_over_contacts_needs_one_start_time_and_lists_whom_each_peer_meet
         peer = yaml.safe_load((tmp_path / "bundle" / f"peer-{i}" / "peer.yaml").read_text())
         assert [n["id"] for n in peer["neighbours"]] == met
         assert peer["start_time"] == 1900000000 and peer["speedup"] == 5
+
+
+@pytest.mark.slow   # in the slow set .ci/run also runs
+def test_real_peers_refuse_a_sybils_forged_copies_over_contacts(tmp_path):
+    """Peer 0 sends its share also as copies "carried" for two other peers: every real peer
+    refuses them (no signature of the claimed owner's key), and counts them."""
+    sets = ["dataset.synthetic.num_devices=4", *CONTACTS, "forwarding.enabled=true", "forwarding.parts=[whole]",
+            "adversaries=[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 2}]"]
+    summary = launch(load_scenario(SCENARIO, sets), SCENARIO, sets, None, tmp_path / "run", None, insecure=False,
+                     timeout_s=300, timing=PeerTiming(speedup=20))
+    assert summary["comm"]["drop_reasons"].get("bad-signature", 0) > 0, summary["comm"]["drop_reasons"]

@@ -98,7 +98,7 @@ def test_only_allowlisted_keys_get_through_and_identity_is_checked(tmp_path, ctx
     peer = live_peer(tmp_path)
     try:
         ep = peer.config.listen
-        _, good = valid_message(sender=1)
+        _, good = valid_message(sender=1, keys=tmp_path / "keys")
         # A stranger's key is refused by the ZAP handler: nothing reaches the peer at all.
         make_keys(tmp_path / "stranger", ["x"])
         stranger = client(ctx, ep, tmp_path / "keys/peer-0.key", tmp_path / "stranger/x.key_secret")
@@ -126,7 +126,7 @@ def test_frames_the_mailbox_refuses_are_counted_against_their_curve_sender(tmp_p
     reason, charged to the authenticated peer that sent it."""
     peer = live_peer(tmp_path)
     try:
-        _, good = valid_message(sender=1)
+        _, good = valid_message(sender=1, keys=tmp_path / "keys")
         one = client(ctx, peer.config.listen, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
         one.send_multipart([b"a" * 10, b"b" * 20])
         send_and_handle(peer, one, good)
@@ -142,7 +142,7 @@ def test_a_peer_sending_bad_messages_is_ignored_after_the_threshold(tmp_path, ct
         one = client(ctx, peer.config.listen, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
         for _ in range(5):
             send_and_handle(peer, one, b"P2PF garbage")
-        _, good = valid_message(sender=1)
+        _, good = valid_message(sender=1, keys=tmp_path / "keys")
         send_and_handle(peer, one, good)   # even a good one is ignored now
         assert peer.ignored == {1} and count(peer) == (0, 6)
         assert peer.drop_reasons["ignored"] == 2 and 1 not in peer.algo.cache
@@ -194,7 +194,7 @@ def _set_flat(a: np.ndarray, i: int, v: float) -> np.ndarray:
 
 def test_fuzz_1000_malformed_messages_no_crash_all_counted(tmp_path, ctx):
     peer = live_peer(tmp_path, max_bad_messages=10**6)
-    good, blob = valid_message(sender=1)
+    good, blob = valid_message(sender=1, keys=tmp_path / "keys")
     sock = client(ctx, peer.config.listen, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
     sent = 0
     try:
@@ -220,3 +220,28 @@ def test_fuzz_1000_malformed_messages_no_crash_all_counted(tmp_path, ctx):
         print(f"{sent} malformed messages in {time.monotonic() - start:.1f} s: {dict(peer.drop_reasons)}")
     finally:
         peer.close()
+
+
+def test_a_peer_accepts_an_artifact_only_with_the_signing_key_bound_to_the_senders_curve_key(tmp_path, ctx):
+    """Peer 1's CURVE key gets a frame through, but its artifact is cached only when signed with
+    the signing key peer 1's ``.key`` file holds (derived from peer 1's CURVE secret)."""
+    peer = live_peer(tmp_path)
+    try:
+        one = client(ctx, peer.config.listen, tmp_path / "keys/peer-0.key", tmp_path / "keys/peer-1.key_secret")
+        make_keys(tmp_path / "stranger", ["peer-1"])   # another key pair under peer 1's name
+        for keys in (None, tmp_path / "stranger"):
+            send_and_handle(peer, one, valid_message(sender=1, keys=keys)[1])
+        assert count(peer) == (0, 2) and peer.drop_reasons == {"bad-signature": 2} and 1 not in peer.algo.cache
+        send_and_handle(peer, one, valid_message(sender=1, keys=tmp_path / "keys")[1])
+        assert count(peer) == (1, 2) and 1 in peer.algo.cache
+    finally:
+        peer.close()
+
+
+def test_a_neighbours_key_file_without_a_signing_key_is_one_line_naming_it(tmp_path):
+    path = write_peer_files(tmp_path)[0]
+    key = tmp_path / "keys" / "peer-2.key"
+    key.write_text("".join(line for line in key.read_text().splitlines(True) if "signing-key" not in line))
+    with pytest.raises(ValueError, match=r"peer-0.yaml: neighbours.1.public_key: .*peer-2.key: holds no signing key"):
+        Peer(load_peer_config(path))
+    Peer(load_peer_config(path), insecure=True).close()   # unsigned without CURVE

@@ -22,12 +22,18 @@ adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts 
   poisoned, the others stay intact.
 - ``free-ride``: it never trains; it fuses what others send and shares what it holds.
 - ``sybil`` (contacts with forwarding): besides its own share it sends the same (poisoned)
-  share as copies "carried" for ``identities`` other devices (their ids, drawn from the seed):
-  a carried copy's origin is not authenticated, so a receiver caches it as that device's
-  artifact, and one liar counts as several in every fusion that counts peers (a median's
-  majority, a cluster's members).
+  share as copies "carried" for ``identities`` other devices (their ids, drawn from the seed).
+  Where artifacts are not signed (``security.sign_artifacts: false``) a carried copy's origin is
+  taken on trust, so a receiver caches it as that device's artifact, and one liar counts as
+  several in every fusion that counts peers (a median's majority, a cluster's members); signed,
+  each forged copy fails its claimed owner's signature and is refused.
 
-Model attacks, prototype and subnetwork poisoning and free-riding act from ``start_round``.
+An attack of the user's own (``attacker.Attacker``, named ``file.py:Class``, ``module:Class`` or
+by its ``p2pfed.attacks`` entry point) turns the device's parts, after the shipped kinds it is
+combined with, into what it sends.
+
+Model attacks, prototype and subnetwork poisoning, free-riding and the user's attacks act from
+``start_round``.
 Integer and boolean arrays (masks, indices, counts) are never changed: the messages stay well
 formed.
 """
@@ -35,13 +41,14 @@ formed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from torch import nn
 
+from p2pfed.algorithms.attacker import Attacker
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 from p2pfed.algorithms.payloads import RELAY_KEY
 from p2pfed.learning.units import unit_layers
@@ -65,11 +72,14 @@ class Attack:
     toward: str = "peers"
     victim: int | None = None
     identities: tuple[int, ...] = ()   # sybil: the other devices' ids it speaks for (chosen per device)
+    custom: tuple[tuple[str, type[Attacker]], ...] = ()   # the user's attacks among ``kinds``, resolved
+    options: dict[str, Any] = field(default_factory=dict)   # the user's attacks' options
 
     @property
     def kind(self) -> str:
-        """The attack's label in results (kinds joined by ``+``)."""
-        return "+".join(self.kinds)
+        """The attack's label in results (kinds joined by ``+``; a user's attack by its ``name``)."""
+        named = dict(self.custom)
+        return "+".join(named[k].name if k in named else k for k in self.kinds)
 
     def flipped(self, labels: np.ndarray, num_classes: int) -> np.ndarray:
         """The training labels as a label-flipping device has them."""
@@ -80,13 +90,8 @@ class Attack:
 
 def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorithm]:
     """``cls`` with ``attack`` applied to what its devices train and share (see the module)."""
-    unknown = [k for k in attack.kinds if k not in KINDS]
-    if unknown:
-        raise ValueError(f"unknown attack {unknown[0]!r}; known: {', '.join(KINDS)}")
-    if "subnetwork-poison" in attack.kinds and "subnetworks" not in getattr(cls, "parts", ()):
-        raise ValueError(f"subnetwork-poison needs a method that shares class subnetworks (fedsub), "
-                         f"not {getattr(cls, 'name', cls.__name__)}")
-    kinds = attack.kinds
+    _check_kinds(cls, attack)
+    custom, kinds = dict(attack.custom), attack.kinds
 
     class Adversary(cls):  # type: ignore[valid-type, misc]
         __doc__ = f"{cls.__name__} under attack: {attack.kind}"
@@ -95,6 +100,8 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.attack_rng = np.random.default_rng(seed)
+            self.attackers = [custom[k](attack.options, np.random.default_rng([seed, j]))
+                              for j, k in enumerate(kinds) if k in custom]
 
         def _acting(self, round: int) -> bool:
             return round >= attack.start_round
@@ -110,6 +117,8 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             if shared is None or not self._acting(round):
                 return shared
             parts = [self._poisoned(p) for p in ([shared] if isinstance(shared, Payload) else shared)]
+            for attacker in self.attackers:
+                parts = list(attacker.share(self, round, parts))
             if "sybil" in kinds:   # the same share again, as if carried for each stolen identity
                 parts += [Payload({**p.meta, RELAY_KEY: {"origin": x, "hops": 2}}, p.tensors)
                           for x in attack.identities for p in parts]
@@ -128,14 +137,28 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             return Payload(dict(payload.meta), tensors)
 
         def state_dict(self) -> dict[str, Any]:
-            return {**super().state_dict(), "attack_rng": json.dumps(self.attack_rng.bit_generator.state)}
+            return {**super().state_dict(), "attack_rng": json.dumps(self.attack_rng.bit_generator.state),
+                    "attackers": [a.state_dict() for a in self.attackers]}
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
             super().load_state_dict(state)
             self.attack_rng.bit_generator.state = json.loads(state["attack_rng"])
+            for attacker, saved in zip(self.attackers, state.get("attackers", []), strict=True):
+                attacker.load_state_dict(saved)
 
     Adversary.__name__ = Adversary.__qualname__ = f"Adversarial{cls.__name__}"
     return Adversary
+
+
+def _check_kinds(cls: type[Algorithm], attack: Attack) -> None:
+    """A ValueError for a kind no attack has, or one the method cannot be attacked with."""
+    custom = dict(attack.custom)
+    unknown = [k for k in attack.kinds if k not in KINDS and k not in custom]
+    if unknown:
+        raise ValueError(f"unknown attack {unknown[0]!r}; known: {', '.join(KINDS)}")
+    if "subnetwork-poison" in attack.kinds and "subnetworks" not in getattr(cls, "parts", ()):
+        raise ValueError(f"subnetwork-poison needs a method that shares class subnetworks (fedsub), "
+                         f"not {getattr(cls, 'name', cls.__name__)}")
 
 
 def peer_prototype_means(received: Iterable[Received]) -> dict[int, np.ndarray]:

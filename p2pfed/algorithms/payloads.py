@@ -8,6 +8,8 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from p2pfed.transport.signing import Signed
+
 T = TypeVar("T")
 
 
@@ -45,6 +47,7 @@ class Received:
     fresh: bool = True  # not yet given to a fusion
     hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
     parsed: Any = field(default=None, repr=False, compare=False)   # what the method's ``check`` returned
+    signed: Signed | None = field(default=None, repr=False, compare=False)   # as its owner signed it (forwarded so)
 
     def age(self, now: float) -> float:
         return now - self.sent_at

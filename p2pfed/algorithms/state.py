@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from p2pfed.algorithms.payloads import Payload, Received
+from p2pfed.transport.signing import Signed
 
 
 def array_state(a: np.ndarray | None) -> torch.Tensor | None:
@@ -46,7 +47,22 @@ def received_state(item: Received) -> dict[str, Any]:
     return {"sender": int(item.sender), "round": int(item.round), "sent_at": float(item.sent_at),
             "received_at": float(item.received_at), "fresh": bool(item.fresh), "hops": int(item.hops),
             "meta": json.dumps(item.payload.meta, allow_nan=False),
-            "tensors": {k: array_state(v) for k, v in item.payload.tensors.items()}}
+            "tensors": {k: array_state(v) for k, v in item.payload.tensors.items()},
+            "signed": None if item.signed is None else signed_state(item.signed, item.payload.tensors)}
+
+
+def signed_state(signed: Signed, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A signed artifact as checkpoint data; a wire tensor that is the payload's own (sent at
+    full precision) is not stored twice."""
+    return {"signature": signed.signature, "meta": json.dumps(signed.meta, allow_nan=False),
+            "tensors": {k: None if tensors.get(k) is v else array_state(v) for k, v in signed.tensors.items()}}
+
+
+def signed_from_state(state: dict[str, Any] | None, tensors: dict[str, np.ndarray]) -> Signed | None:
+    if state is None:
+        return None
+    return Signed(state["signature"], json.loads(state["meta"]),
+                  {k: tensors[k] if v is None else array_from_state(v) for k, v in state["tensors"].items()})
 
 
 def received_from_state(state: dict[str, Any], interned: MutableMapping[tuple[Any, ...], Payload] | None = None
@@ -72,4 +88,4 @@ def received_from_state(state: dict[str, Any], interned: MutableMapping[tuple[An
             interned[key] = payload
     return Received(sender=state["sender"], round=state["round"], sent_at=state["sent_at"],
                     received_at=state["received_at"], payload=payload, fresh=state["fresh"],
-                    hops=state["hops"])
+                    hops=state["hops"], signed=signed_from_state(state.get("signed"), payload.tensors))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from p2pfed.algorithms import Received
-from p2pfed.device.wire import encode_share
+from p2pfed.device.wire import encode_share, encode_signed_copy
 from p2pfed.transport import CodecError, Message, decode
 
 SEND_POLICIES = ("smallest-first", "largest-first", "whole")
@@ -120,11 +120,14 @@ def next_offer(holdings: Holdings, src: int, dst: int, dst_have: dict[PartKey, V
 
 
 def encode_carried(c: Carried, kind: str, carrier: int, max_bytes: int, precision: str) -> Offer:
-    """A carried item as an offer of ``carrier``'s, marked as relayed for its origin."""
+    """A carried item as an offer of ``carrier``'s, marked as relayed for its origin (a signed
+    item as its owner signed it)."""
     if c.frame is None:
+        relay = {"origin": c.item.sender, "hops": c.item.hops + 1}
+        signed = c.item.signed
         c.frame = Frame(encode_share(kind, carrier, c.item.round, c.item.sent_at, c.item.payload, max_bytes,
-                                     relay={"origin": c.item.sender, "hops": c.item.hops + 1},
-                                     precision=precision))
+                                     relay=relay, precision=precision) if signed is None
+                        else encode_signed_copy(kind, carrier, c.item.round, c.item.sent_at, signed, relay, max_bytes))
     return Offer(c.item.sender, c.part, c.item.round, c.item.sent_at, c.frame)
 
 

@@ -11,6 +11,8 @@ algorithm's cache:
 4. within the run's window: not from a round past the last, not older than the TTL;
 5. the method's message kind;
 6. relay rules: a carried artifact names another device as its origin, within the hop limit;
+   with ``keyring`` set, the artifact carries its origin's signature (``bad-signature`` if not:
+   a copy claiming an origin whose key did not sign it is never cached);
    tensors sent at a reduced wire precision are restored (their record checked);
 7. the method's own check against the local model (``check``, through ``Algorithm.receive``).
 
@@ -44,9 +46,11 @@ from p2pfed.device.wire import RELAY_KEY, RESEND_KIND
 from p2pfed.results.recorder import Recorder
 from p2pfed.transport import CodecError, Message, decode
 from p2pfed.transport.precision import PRECISION_KEY, restore_precision
+from p2pfed.transport.signing import SIGNATURE_KEY, Keyring, Signed
 
 log = logging.getLogger("p2pfed.device")
 _RESTORED = ("p2pfed/intake", "restored-tensors")   # memo key of a message's tensors at full precision
+_VERIFIED = "p2pfed/intake/signature"                # memo key (with the origin) of a signature's check
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class IntakeRules:
     hold_later_rounds: bool = False      # synchronous real peers: hold later rounds, refuse repeats,
                                          # pass resend requests up (above)
     control_kinds: frozenset[str] = frozenset()   # real peers over contacts: returned as ``Control``
+    keyring: Keyring | None = None       # artifacts must carry their origin's signature (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,7 @@ class Intake:
         memo = {} if memo is None else memo
         try:
             origin, hops = self._route(meta.pop(RELAY_KEY, None), msg.sender)
+            signed = self._signed(msg, origin, meta, memo)
             record = meta.pop(PRECISION_KEY, None)
             if _RESTORED not in memo:   # a broadcast's receivers restore its tensors once (memo is shared)
                 try:
@@ -205,11 +211,25 @@ class Intake:
                     raise Refused(f"codec:{exc.reason}", str(exc)) from None
             tensors = memo[_RESTORED]
             item = Received(sender=origin, round=msg.round, sent_at=msg.sent_at, received_at=now,
-                            payload=Payload(meta, dict(tensors), memo), hops=hops)
+                            payload=Payload(meta, dict(tensors), memo), hops=hops, signed=signed)
             self.algorithm.receive(item)
         except ArtifactError as exc:
             raise Refused("artifact", str(exc)) from None
         return item
+
+    def _signed(self, msg: Message, origin: int, meta: dict[str, Any], memo: dict[Any, Any]) -> Signed | None:
+        """The artifact as ``origin`` signed it (``meta``: without the relay record; the signature
+        is popped from it); None when signatures are not checked."""
+        signature = meta.pop(SIGNATURE_KEY, None)
+        keyring = self.rules.keyring
+        if keyring is None:
+            return None
+        key = (_VERIFIED, origin)   # a broadcast's receivers check its signature once (memo is shared)
+        if key not in memo:
+            memo[key] = keyring.problem(signature, msg.kind, origin, msg.round, msg.sent_at, meta, msg.tensors)
+        if memo[key] is not None:
+            raise Refused("bad-signature", memo[key])
+        return Signed(signature, dict(meta), dict(msg.tensors))
 
     def _route(self, relay: Any, src: int) -> tuple[int, int]:
         """The artifact's origin and the links it travelled."""

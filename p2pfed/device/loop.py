@@ -19,6 +19,7 @@ from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
 from p2pfed.device.wire import RELAY_KEY, encode_share
 from p2pfed.energy.work import training_flops
 from p2pfed.transport import CodecError
+from p2pfed.transport.signing import Signer
 from p2pfed.learning.batched_evaluation import evaluate_many
 from p2pfed.learning.batched_fusion import FusionJob, run_fusion_jobs
 from p2pfed.learning.batched_training import TrainingJob, train_jobs
@@ -62,7 +63,7 @@ class DeviceLoop:
                  visible_classes: Callable[[int], frozenset[int] | None] | None = None,
                  max_age_s: float | None = None, split_parts: bool = False,
                  evaluate_when: str = "after-fusion", evaluate_both: bool = False,
-                 precision: str = "float32") -> None:
+                 precision: str = "float32", signer: Signer | None = None) -> None:
         """``clock``: the runtime's time (simulated seconds, or wall-clock seconds);
         ``neighbours``: the devices this one can reach now, as the runtime sees them (offered to
         the method as ``ctx.neighbours()``);
@@ -71,7 +72,8 @@ class DeviceLoop:
         parts (prototypes before subnetworks) for links that may end mid-transfer;
         ``evaluate_when``: where in ``act`` a due evaluation happens (``EVALUATE_WHEN``), the one
         the headline metrics report; ``evaluate_both``: score the other point of ``act`` too;
-        ``precision``: the wire precision of shared float tensors (``engine.precision``)."""
+        ``precision``: the wire precision of shared float tensors (``engine.precision``);
+        ``signer``: the device's key, which signs every share (``security.sign_artifacts``)."""
         if evaluate_when not in EVALUATE_WHEN:
             raise ValueError(f"evaluation.when: {evaluate_when!r}; choose one of {', '.join(EVALUATE_WHEN)}")
         self.device = device
@@ -80,6 +82,7 @@ class DeviceLoop:
         self.recorder = recorder
         self.max_message_bytes = max_message_bytes
         self.precision = precision
+        self.signer = signer
         self.visible_classes = visible_classes
         self.max_age_s = max_age_s
         self.split_parts = split_parts
@@ -135,7 +138,7 @@ class DeviceLoop:
         for p in parts:
             try:
                 data = encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes,
-                                    precision=self.precision)
+                                    precision=self.precision, signer=self.signer)
             except CodecError as exc:
                 if exc.reason != "not-finite":
                     raise

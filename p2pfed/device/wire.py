@@ -20,6 +20,7 @@ from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.transport import Message, encode
 from p2pfed.transport.codec import encoded_size
 from p2pfed.transport.precision import reduce_precision
+from p2pfed.transport.signing import SIGNATURE_KEY, Signed, Signer
 
 RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
 HAVE_KIND = "contact/have"    # a real peer's summary vector, sent when a contact opens
@@ -28,14 +29,34 @@ CONTROL_KINDS = frozenset({HAVE_KIND, ACK_KIND})
 
 
 def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
-                 max_bytes: int, relay: dict[str, int] | None = None, precision: str = "float32") -> bytes:
+                 max_bytes: int, relay: dict[str, int] | None = None, precision: str = "float32",
+                 signer: Signer | None = None) -> bytes:
     """A payload on the wire; ``relay`` marks a copy carried on behalf of its ``origin``;
-    ``precision``: the wire precision of its float tensors (the receiver's intake restores them)."""
+    ``precision``: the wire precision of its float tensors (the receiver's intake restores them);
+    ``signer``: the sender's key, which signs the payload as its owner's (``transport.signing``:
+    the owner is the origin a payload marked as carried names, so only the origin's key makes a
+    signature its receivers accept)."""
     meta, tensors = reduce_precision(payload.meta, payload.tensors, precision)
+    own_relay = meta.get(RELAY_KEY)
+    if signer is not None:
+        owner = own_relay.get("origin", sender) if isinstance(own_relay, dict) else sender
+        body = {k: v for k, v in meta.items() if k != RELAY_KEY}
+        meta = {**body, SIGNATURE_KEY: signer.sign(kind, owner, round, sent_at, body, tensors)}
+        if own_relay is not None:
+            meta[RELAY_KEY] = own_relay
     if relay is not None:
         meta = {**meta, RELAY_KEY: relay}
     return encode(Message(kind=kind, sender=sender, round=round, sent_at=sent_at, meta=meta,
                           tensors=tensors), max_bytes=max_bytes)
+
+
+def encode_signed_copy(kind: str, carrier: int, round: int, sent_at: float, signed: Signed,
+                       relay: dict[str, int], max_bytes: int) -> bytes:
+    """A carried copy of a signed artifact, exactly as its owner signed it (``relay``: its origin
+    and the links it will have travelled)."""
+    meta = {**signed.meta, SIGNATURE_KEY: signed.signature, RELAY_KEY: relay}
+    return encode(Message(kind=kind, sender=carrier, round=round, sent_at=sent_at, meta=meta,
+                          tensors=signed.tensors), max_bytes=max_bytes)
 
 
 def encode_resend_request(sender: int, from_round: int, sent_at: float, max_bytes: int) -> bytes:

@@ -40,6 +40,7 @@ from p2pfed.engine.run_state import devices_state, load_devices_state
 from p2pfed.network.contacts import ContactPlan
 from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
+from p2pfed.transport.signing import Signing
 
 __all__ = ["PROTOCOLS", "AsyncSchedule", "OpportunisticSimulation"]
 
@@ -54,7 +55,8 @@ class OpportunisticSimulation:
                  forwarding: Forwarding = Forwarding(), offline: Sequence[tuple[int, float, float]] = (),
                  first_training_s: list[float] | None = None,
                  on_time: Callable[[float], None] | None = None, batched: bool = True,
-                 precision: str = "float32", energy: EnergyMeter | None = None) -> None:
+                 precision: str = "float32", energy: EnergyMeter | None = None,
+                 signing: Signing | None = None) -> None:
         """``offline``: (device, from, until) spans; ``first_training_s``: when each device first
         trains (default: a uniform random phase within one period, so clocks are not aligned);
         ``batched``: steps finishing together (``schedule.batch_window_s``) batch their arithmetic
@@ -63,7 +65,9 @@ class OpportunisticSimulation:
         devices' compute speed, energy and batteries (``devices``; None: not modelled, and none
         of it runs). A step then takes its work's time (its share is offered when it is done,
         and the next step starts no earlier); a device whose battery is empty is off, like an
-        offline one, until a recharge."""
+        offline one, until a recharge. ``signing``: every share is signed by its device and every
+        copy, carried ones included, checked by its receivers (``security.sign_artifacts``; None:
+        not signed)."""
         if schedule.send_policy not in SEND_POLICIES:
             raise ValueError(f"unknown send policy {schedule.send_policy!r}; choose one of {SEND_POLICIES}")
         if schedule.protocol not in PROTOCOLS:
@@ -82,11 +86,12 @@ class OpportunisticSimulation:
                                  neighbours=cast("Callable[[], list[int]]",
                                                  lambda i=i: self.plan.neighbours(i, world.now())),
                                  max_age_s=schedule.max_age_s, split_parts=schedule.send_policy != "whole",
-                                 precision=precision)
+                                 precision=precision, signer=None if signing is None else signing.signers[i])
                       for i, algo in enumerate(algorithms)]
         self.delivery = Delivery(algorithms, recorder,
                                  IntakeRules(max_message_bytes, max_age_s=schedule.max_age_s,
-                                             hop_limit=forwarding.hop_limit, num_devices=n))
+                                             hop_limit=forwarding.hop_limit, num_devices=n,
+                                             keyring=None if signing is None else signing.keyring))
         self.store = Store(world.holdings, forwarding, lambda i: algorithms[i].kind(),
                            max_message_bytes=max_message_bytes, precision=precision,
                            send_policy=schedule.send_policy, max_age_s=schedule.max_age_s)

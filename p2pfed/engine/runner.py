@@ -36,6 +36,8 @@ from p2pfed.scenario.build import adversary_map, build_algorithms, build_class_s
 from p2pfed.scenario.loader import dump, fingerprint
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.randomness import stream
+from p2pfed.scenario.schema import Scenario
+from p2pfed.transport.signing import Signing
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
 
 CHECKPOINT_KIND = "simulation"
@@ -225,6 +227,11 @@ def _drive(runtime: Runtime, kind: str, loaded: RunSpec, checkpointing: Checkpoi
     return None if runtime.done < runtime.total else at_end
 
 
+def _signing(sc: Scenario, n: int) -> Signing | None:
+    """The devices' signing keys (``security.sign_artifacts``), derived from the run's seed."""
+    return Signing.simulated(sc.seed, n) if sc.security.sign_artifacts else None
+
+
 def _rounds_runtime(loaded: RunSpec, algorithms: list[Algorithm], recorder: Recorder, progress: Progress,
                     meter: EnergyMeter | None) -> tuple[Simulation, Callable[[], dict[str, Any]]]:
     """The synchronous runtime, and what it adds to the summary once done."""
@@ -240,7 +247,7 @@ def _rounds_runtime(loaded: RunSpec, algorithms: list[Algorithm], recorder: Reco
                      class_schedule=class_schedule,
                      batched_training=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
                      setup_round_trips=sc.topology.setup_round_trips, framing=sc.topology.framing,
-                     slow_start=sc.topology.slow_start)
+                     slow_start=sc.topology.slow_start, signing=_signing(sc, n))
 
     def extra() -> dict[str, Any]:
         dynamic = {} if class_schedule is None else {"dynamic": {
@@ -277,7 +284,8 @@ def _contacts_runtime(loaded: RunSpec, algorithms: list[Algorithm],
     sim = OpportunisticSimulation(algorithms, plan, schedule, recorder, stream(sc.seed, "device-clocks"),
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=lambda now: progress.tick(round(now)),
-                                  batched=sc.engine.batched_training, precision=sc.engine.precision, energy=meter)
+                                  batched=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
+                                  signing=_signing(sc, n))
 
     def extra() -> dict[str, Any]:
         stats = sim.stats()

@@ -37,6 +37,7 @@ from p2pfed.engine.delivery import Delivery, Frame
 from p2pfed.engine.run_state import devices_state, load_devices_state
 from p2pfed.device.energy import EnergyMeter
 from p2pfed.results.recorder import Recorder
+from p2pfed.transport.signing import Signing
 
 log = logging.getLogger("p2pfed.engine")
 
@@ -80,7 +81,8 @@ class Simulation:
                  on_round: Callable[[int, float], None] | None = None,
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
                  precision: str = "float32", energy: EnergyMeter | None = None,
-                 setup_round_trips: float = 0.0, framing: bool = False, slow_start: bool = False) -> None:
+                 setup_round_trips: float = 0.0, framing: bool = False, slow_start: bool = False,
+                 signing: Signing | None = None) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
@@ -95,7 +97,8 @@ class Simulation:
         the wire, framing and TCP/IP headers included (``device.contact_protocol.wire_bytes``;
         ``topology.framing``), not its encoded bytes alone; ``slow_start``: a message leaves in
         flights of TCP's congestion window, restarted after the link was idle
-        (``network.slow_start``; ``topology.slow_start``)."""
+        (``network.slow_start``; ``topology.slow_start``); ``signing``: every share is signed by
+        its device and checked by its receivers (``security.sign_artifacts``; None: not signed)."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -108,12 +111,14 @@ class Simulation:
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
                                  neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
                                  evaluate_both=schedule.eval_both, precision=precision,
+                                 signer=None if signing is None else signing.signers[i],
                                  visible_classes=None if class_schedule is None
                                  else cast("Callable[[int], frozenset[int] | None]",
                                            lambda r, i=i: class_schedule.visible(i, r)))
                       for i, algo in enumerate(algorithms)]
         self.delivery = Delivery(algorithms, recorder,
-                                 IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n))
+                                 IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n,
+                                             keyring=None if signing is None else signing.keyring))
         self.next_round = 0
         self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
         self.setup_round_trips = setup_round_trips      # before its first use: when its connection is up

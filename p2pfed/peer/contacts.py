@@ -108,12 +108,13 @@ class ContactPeer(Peer):
         recorder = Recorder([cfg.id])
         loop = DeviceLoop(cfg.id, self.algo, recorder, clock=self.sim_now,
                           max_message_bytes=sc.engine.max_message_bytes, neighbours=lambda: sorted(self.sessions),
-                          max_age_s=a.max_age_s, split_parts=a.send_policy != "whole", precision=sc.engine.precision)
+                          max_age_s=a.max_age_s, split_parts=a.send_policy != "whole", precision=sc.engine.precision,
+                          signer=self.signing.signer)
         intake = Intake(cfg.id, self.algo, recorder,
                         IntakeRules(sc.engine.max_message_bytes, max_age_s=a.max_age_s,
                                     hop_limit=self.forwarding.hop_limit, num_devices=num_devices,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    control_kinds=CONTROL_KINDS),
+                                    control_kinds=CONTROL_KINDS, keyring=self.signing.keyring),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 

@@ -4,11 +4,19 @@ Why CURVE: peers on a LAN must not accept artifacts from anyone who can reach th
 receiving (bound) socket is a CURVE server whose ZAP handler accepts only the public keys of the
 peers in its allowlist and stamps every message with that peer's id as ZMQ ``User-Id``, so the
 runtime can check that the id a message claims is the key that sent it.
+
+A peer's signing key (``transport.signing``: it signs the artifacts the peer makes) is derived
+from its CURVE secret key, so only the holder of the CURVE pair has it; its public half is written
+into the public ``.key`` file (``signing-key`` in the certificate's metadata), so the file that
+gives a neighbour's CURVE key gives its signing key too.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import re
 from pathlib import Path
 
 import zmq
@@ -17,8 +25,11 @@ from zmq.utils import z85
 from zmq.auth.thread import ThreadAuthenticator
 
 from p2pfed.transport import SocketConfigurer
+from p2pfed.transport.signing import Signer, public_key_from_text
 
 ZAP_DOMAIN = "p2pfed"
+_SIGNING_CONTEXT = b"p2pfed/signing-key-from-curve/v1"
+_SIGNING_LINE = re.compile(r'^\s*signing-key\s*=\s*"([^"]*)"\s*$', re.MULTILINE)
 
 
 CURVE_KEY_CHARS = 40   # a 32-byte CURVE key in Z85 text
@@ -49,8 +60,32 @@ def make_keys(out_dir: Path, names: list[str]) -> list[tuple[Path, Path]]:
     for name in names:
         public, secret = zmq.auth.create_certificates(out_dir, name)
         os.chmod(secret, 0o600)
+        signing = base64.b64encode(signer_for_curve(load_pair(Path(secret))[1]).public_bytes()).decode("ascii")
+        text = Path(public).read_text(encoding="utf-8")
+        Path(public).write_text(text.replace("metadata\n", f'metadata\n    signing-key = "{signing}"\n', 1),
+                                encoding="utf-8")
         made.append((Path(public), Path(secret)))
     return made
+
+
+def signer_for_curve(secret: bytes) -> Signer:
+    """The signing key of the peer whose z85 CURVE secret key is ``secret``."""
+    return Signer.from_seed_bytes(hashlib.sha256(_SIGNING_CONTEXT + secret).digest())
+
+
+def load_signing_key(path: Path) -> bytes:
+    """The public signing key a ``.key`` file holds (``KeyFileError`` naming the file if none)."""
+    try:
+        found = _SIGNING_LINE.search(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyFileError(f"{path}: cannot read its signing key ({exc})") from None
+    if found is None:
+        raise KeyFileError(f"{path}: holds no signing key (keys made before artifacts were signed: make them "
+                           "again with `p2pfed keys`, or set security.sign_artifacts: false)")
+    try:
+        return public_key_from_text(found.group(1))
+    except ValueError as exc:
+        raise KeyFileError(f"{path}: {exc}") from None
 
 
 def load_public(path: Path) -> bytes:

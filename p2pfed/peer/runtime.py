@@ -31,6 +31,7 @@ from p2pfed.peer.build import build_peer_device, peer_energy_meter
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
+from p2pfed.peer.signing import peer_signing
 from p2pfed.peer.sockets import PeerSockets
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
@@ -71,6 +72,7 @@ class Peer:
                                       sort_keys=True)
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
+        self.signing = peer_signing(loaded_config, secure=self.secure, sign=sc.security.sign_artifacts)
         self.recorder, self.loop, self.intake = self._device(built.num_devices)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
         self.absent: set[int] = set()
@@ -98,11 +100,11 @@ class Peer:
                           neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
                           visible_classes=self.visible_classes,
                           evaluate_when=sc.evaluation.when, evaluate_both=sc.evaluation.both,
-                          precision=sc.engine.precision)
+                          precision=sc.engine.precision, signer=self.signing.signer)
         intake = Intake(cfg.id, self.algo, recorder,
                         IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    hold_later_rounds=True),
+                                    hold_later_rounds=True, keyring=self.signing.keyring),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 

@@ -84,7 +84,9 @@ def adversary_map(loaded: RunSpec, num_devices: int, num_classes: int) -> dict[i
     rng = stream(loaded.scenario.seed, "adversaries")
     for i, spec in enumerate(loaded.scenario.adversaries):
         attack = Attack(spec.kinds, spec.start_round, spec.factor, spec.noise_std, spec.source_class, spec.target_class,
-                        spec.shift, spec.toward, spec.victim)
+                        spec.shift, spec.toward, spec.victim,
+                        custom=tuple((k, loaded.attacks[k]) for k in spec.kinds if k in loaded.attacks),
+                        options=dict(spec.options))
         if spec.victim is not None and spec.victim >= num_devices:
             raise ScenarioError([f"{loaded.source}: adversaries.{i}.victim: {spec.victim} is not a device "
                                  f"(the scenario has 0..{num_devices - 1})"])

@@ -17,12 +17,12 @@ from typing import Any, cast
 import yaml
 from pydantic import ValidationError
 
-from p2pfed.algorithms import Algorithm, Options, RunFacts, algorithm_class
+from p2pfed.algorithms import Algorithm, Attacker, Options, RunFacts, algorithm_class, attack_class
 from p2pfed.learning.model import ModelFactory, model_factory
 from p2pfed.learning.units import UNIT_MODELS
 from p2pfed.plugins import check_importable, is_plugin_name, loaded_code
 from p2pfed.scenario.errors import ScenarioError
-from p2pfed.scenario.schema import AlgorithmSection, Scenario
+from p2pfed.scenario.schema import ATTACK_KINDS, AlgorithmSection, Scenario
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.swap import Swap, swap_method
 from p2pfed.textfile import read_text
@@ -268,9 +268,27 @@ def build(raw: dict[str, Any], source: str, base_dir: Path, swapped: Swap | None
         options, found = _method_options(cls, algo, scenario, source)
         problems += found
     problems += _missing_files(raw, source, base_dir)
+    attacks = {} if scenario is None else _user_attacks(scenario, source, base_dir, problems)
     if problems or scenario is None or cls is None or options is None:
         raise ScenarioError(problems)
-    return RunSpec(scenario, source, base_dir, cls, options, factory, swapped)
+    return RunSpec(scenario, source, base_dir, cls, options, factory, swapped, attacks)
+
+
+def _user_attacks(scenario: Scenario, source: str, base_dir: Path, problems: list[str]) -> dict[str, type[Attacker]]:
+    """The classes of the attacks ``adversaries`` names that are not shipped kinds, resolved once
+    (a name that resolves to none is one line in ``problems``)."""
+    found: dict[str, type[Attacker]] = {}
+    for i, adversary in enumerate(scenario.adversaries):
+        for name in adversary.kinds:
+            if name in ATTACK_KINDS or name in found:
+                continue
+            try:
+                found[name] = attack_class(name, [base_dir])
+            except ValueError as exc:
+                detail = str(exc).removeprefix("adversaries.kind: ")
+                problems.append(f"{source}: adversaries.{i}.kind: {detail}"
+                                + ("" if ":" in name else f" (shipped: {', '.join(ATTACK_KINDS)})"))
+    return found
 
 
 def _method_options(cls: type[Algorithm], algo: dict[str, Any], scenario: Scenario | None,

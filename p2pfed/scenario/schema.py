@@ -13,7 +13,7 @@ What a field's range does not bound on its own (how much memory a run needs) is 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -461,6 +461,18 @@ class ForwardingSection(Section):
     buffer_items: int = Field(default=64, ge=1, description="Carried items per device; the oldest are evicted first.")
 
 
+class SecuritySection(Section):
+    """What binds an artifact to the device that made it."""
+
+    sign_artifacts: bool = Field(default=True, description=(
+        "Every device signs each artifact it shares (Ed25519, over its content, round and owner id) and every "
+        "receiver checks the signature on arrival and on every carried copy: a copy whose signature is not its "
+        "claimed owner's (a Sybil's forgery) is refused and counted in `comm.drop_reasons` as `bad-signature`. The "
+        "signature travels in each message and its bytes are counted. Simulated keys derive from `seed` and the "
+        "device id. `false`: artifacts are not authenticated (an unauthenticated network, where a carried copy's "
+        "origin is taken on trust)."))
+
+
 class ChurnSection(Section):
     """Devices go offline and come back; exponential on/off durations (off when both unset)."""
 
@@ -480,20 +492,24 @@ class ChurnSection(Section):
 
 AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride",
                      "sybil"]
+ATTACK_KINDS: tuple[str, ...] = get_args(AttackKind)
+AttackName = AttackKind | str   # a shipped kind, or a user's attack (resolved when the scenario loads)
 
 
 class AdversarySection(Section):
     """Devices that lie: which, how and from when. The attack wraps the device's method
     (``p2pfed/algorithms/attacks.py``), the same in every runtime; a list of kinds combines them."""
 
-    kind: AttackKind | list[AttackKind] = Field(description=(
+    kind: AttackName | list[AttackName] = Field(description=(
         "The attack, or a list of distinct attacks each acting in turn. `label-flip`: trains on labels C - 1 - y (or "
         "only `source_class` as `target_class`); `sign-flip`, `scale`: shares every model float array times -`factor`"
         " or `factor`; `noise`: adds Gaussian noise of `noise_std` to them; `prototype-shift`: moves each shared "
         "prototype `shift` of the way toward the goal `toward` names; `subnetwork-poison`: the rows of "
         "`target_class`'s own units times -`factor` (methods with class subnetworks); `free-ride`: never trains, "
         "fuses and shares what it holds; `sybil`: also sends its share as copies carried for `identities` other "
-        "devices (needs `forwarding.enabled`)."))
+        "devices (needs `forwarding.enabled`; each such copy is refused while `security.sign_artifacts` is on). Or "
+        "an attack of your own: `path/to/file.py:Class` (relative to the scenario's folder), `module:Class`, or an "
+        "installed package's `p2pfed.attacks` entry point, a subclass of `p2pfed.algorithms.Attacker`."))
     devices: list[int] | None = Field(default=None, description=(
         "These device ids are adversaries; give this or `fraction`."))
     fraction: float | None = Field(default=None, gt=0, lt=1, description=(
@@ -520,6 +536,8 @@ class AdversarySection(Section):
         "`prototype-shift` with `toward: device`: whose prototypes (required there, refused elsewhere)."))
     identities: int = Field(default=3, ge=1, description=(
         "`sybil`: how many other devices' ids (drawn from the seed) it also sends its share under."))
+    options: dict[str, Any] = Field(default_factory=dict, description=(
+        "An attack of your own: the options its class is given (`self.options`); the shipped kinds take none."))
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -530,6 +548,8 @@ class AdversarySection(Section):
         kinds = self.kinds
         if not kinds or len(set(kinds)) != len(kinds):
             raise ValueError(f"adversaries: kind must name distinct attacks, got {self.kind}")
+        if self.options and all(k in ATTACK_KINDS for k in kinds):
+            raise ValueError(f"adversaries: options are for an attack of your own; {'+'.join(kinds)} takes none")
         if (self.devices is None) == (self.fraction is None):
             raise ValueError("adversaries: give devices (a list of ids) or fraction, not both or neither")
         if self.source_class is not None and "label-flip" not in kinds:
@@ -674,6 +694,8 @@ class Scenario(Section):
     adversaries: list[AdversarySection] = Field(default=[], description=(
         "Devices that lie: each entry chooses devices and an attack, which wraps their method the same way in every "
         "runtime. Empty (the default): every device is honest."))
+    security: SecuritySection = Field(default=SecuritySection(), description=(
+        "Authentication of artifacts between devices: owners sign what they share, receivers check it."))
     devices: DevicesSection = Field(default=DevicesSection(), description=(
         "Devices as they are: compute speed and energy per device class, a radio and batteries. Absent (the default),"
         " none of it runs and results are as without it."))

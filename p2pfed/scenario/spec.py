@@ -11,14 +11,15 @@ building one or not never changes another.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import overload
 
 import networkx as nx
 
-from p2pfed.algorithms import Algorithm, Options
+from p2pfed.algorithms import Algorithm, Attacker, Options
 from p2pfed.data import FederatedDataset
 from p2pfed.energy import EnergyPlan
 from p2pfed.learning.model import ModelFactory
@@ -50,6 +51,7 @@ class RunSpec:
     options: Options          # its options, validated against the scenario
     model_factory: ModelFactory | None   # the factory ``model.name`` names; None: the built-in MLP
     swapped: Swap | None = None   # another method than the file's: what it left out, and why
+    attacks: Mapping[str, type[Attacker]] = field(default_factory=dict)   # the user's attacks ``adversaries`` name
 
     @overload
     def resolve(self, path: str) -> Path: ...

@@ -25,6 +25,7 @@ from p2pfed.learning.training import TrainingConfig
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.loader import method_class
 from p2pfed.scenario.randomness import int_seed, stream, torch_stream
+from p2pfed.transport.signing import Signing
 
 MAX_MESSAGE_BYTES = 64 * 2**20
 
@@ -61,11 +62,14 @@ class Federation:
 
     def __init__(self, algorithms: Sequence[Algorithm], graph: nx.Graph | None = None, *, batched: bool = False,
                  split_parts: bool = False, period_s: float = 1.0, evaluate_when: str = "after-fusion",
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, precision: str = "float32") -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, precision: str = "float32",
+                 signing: Signing | None = None) -> None:
         """``batched``: the runtimes' batched arithmetic (equal to one device at a time to float
         rounding); ``split_parts``: every part of a share its own message, as over contacts;
         ``period_s``: simulated seconds per round (a round's clock is ``round * period_s``);
-        ``precision``: the wire precision of shared float tensors (``engine.precision``)."""
+        ``precision``: the wire precision of shared float tensors (``engine.precision``);
+        ``signing``: devices sign what they share and check what they receive
+        (``security.sign_artifacts``; None: unsigned)."""
         n = len(algorithms)
         self.algorithms = list(algorithms)
         self.graph = nx.complete_graph(n) if graph is None else graph
@@ -77,9 +81,11 @@ class Federation:
                                  neighbours=cast("Callable[[], list[int]]",
                                                  lambda i=i: sorted(self.graph.neighbors(i))),
                                  split_parts=split_parts,
-                                 evaluate_when=evaluate_when, precision=precision)
+                                 evaluate_when=evaluate_when, precision=precision,
+                                 signer=None if signing is None else signing.signers[i])
                       for i, a in enumerate(self.algorithms)]
-        self.intakes = [Intake(i, a, self.recorder, IntakeRules(max_message_bytes, num_devices=n))
+        keyring = None if signing is None else signing.keyring
+        self.intakes = [Intake(i, a, self.recorder, IntakeRules(max_message_bytes, num_devices=n, keyring=keyring))
                         for i, a in enumerate(self.algorithms)]
         self.next_round = 0
         self.shares: list[list[Outgoing]] = [[] for _ in self.algorithms]   # the last round's
