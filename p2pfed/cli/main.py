@@ -19,6 +19,7 @@ from p2pfed.scenario.swap import LOG as SWAP_LOG
 from p2pfed.sweeps.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -226,9 +227,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_peer(args: argparse.Namespace) -> int:
-    from p2pfed.peer.entry import run_peer
+    from p2pfed.peer.entry import PeerInterrupted, run_peer
 
-    summary = run_peer(args.config, insecure=args.insecure)
+    try:
+        summary = run_peer(args.config, insecure=args.insecure)
+    except PeerInterrupted as exc:
+        print(f"p2pfed peer: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"peer done: f1_macro {summary['final']['f1_macro_mean']}, "
           f"{summary['comm']['bytes_sent_total']} bytes sent, {summary['comm']['messages_dropped']} dropped")
     return 0
@@ -302,7 +307,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_outputs(Path(args.out))
     endpoints = read_hosts(Path(args.hosts), loaded.num_devices)
     configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args),
-                           start_time=args.start_at)
+                           start_time=args.start_at, force=args.force)
     print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "
           f"copy each to its host and run its start.sh; then copy each results/ back and run "
           f"p2pfed merge {args.out}")
@@ -310,7 +315,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from p2pfed.peer.bundle import merge_bundle
+    from p2pfed.peer.merge import merge_bundle
     from p2pfed.results.compare import comparison_columns, comparison_row, format_table
 
     out = Path(args.out)
@@ -425,6 +430,9 @@ def _add_host_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-at", type=POSITIVE_SECONDS, metavar="UNIX_TIME",
                    help="over contacts or with --shared-grid: the unix time of (simulated) time 0 on every host "
                         "(clocks synchronised, e.g. by NTP; default: each peer's own start)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a bundle already in --out: new keys and run id, its peer folders (results "
+                        "included) removed")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")
@@ -461,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     SWAP_LOG.setLevel(logging.WARNING)   # a method swapped in says what it left out
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"p2pfed {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ScenarioError as exc:
         for line in exc.problems:
             print(line, file=sys.stderr)

@@ -14,8 +14,10 @@ optionally a port, per device) and writes ``OUT/peer-I/`` for every device:
 ``OUT/plan.json`` lists the peers, their endpoints and folders, and for a scenario run with another
 method than its file names what that left out (``swapped``, as ``summary.json`` says it). After the
 run, copy each host's ``results/`` back into its folder and ``p2pfed merge OUT`` writes the same
-results files as ``p2pfed run``. The folders hold nothing specific to the machine that wrote them, so a bundle run
-on loopback (hosts all 127.0.0.1) is the bundle a user copies to real machines.
+results files as ``p2pfed run`` (``peer/merge.py``). A folder that already holds a bundle is not
+planned into again unless forced: re-planning makes new keys, which every host would need anew.
+The folders hold nothing specific to the machine that wrote them, so a bundle run on loopback
+(hosts all 127.0.0.1) is the bundle a user copies to real machines.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ import json
 import shutil
 import stat
 import tempfile
-from collections.abc import Collection
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,8 @@ from p2pfed.peer.config import PeerTiming, tcp_endpoint
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import is_plugin_name
 from p2pfed.scenario.build import peer_neighbours
-from p2pfed.scenario.loader import FILE_FIELDS, dump, launch_problems, load_scenario
+from p2pfed.scenario.loader import FILE_FIELDS, dump, launch_problems
 from p2pfed.scenario.spec import RunSpec
-from p2pfed.scenario.swap import Swap
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.textfile import read_text
 
@@ -90,10 +89,33 @@ def read_hosts(path: Path, devices: int) -> list[str]:
     return endpoints
 
 
+def existing_bundle(out: Path) -> list[Path]:
+    """What an earlier plan wrote in ``out`` (its plan file and peer folders)."""
+    found = [out / PLAN_FILE] if (out / PLAN_FILE).exists() else []
+    return found + sorted(p.parent for p in out.glob("peer-*/peer.yaml"))
+
+
+def replace_bundle(out: Path, force: bool) -> None:
+    """Refuse to plan over an earlier bundle (its keys would change under the hosts that hold
+    them), or with ``force`` remove it, results copied back into it included."""
+    found = existing_bundle(out)
+    if found and not force:
+        raise ScenarioError([f"{out}: already holds a bundle ({len(found)} files and peer folders); planning again "
+                             "makes new keys and a new run id, so every host needs its folder again: add --force "
+                             "to replace it, or choose another --out"])
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: bool = False,
-                 timing: PeerTiming = PeerTiming(), start_time: float | None = None) -> list[Path]:
+                 timing: PeerTiming = PeerTiming(), start_time: float | None = None,
+                 force: bool = False) -> list[Path]:
     """One folder per device (see the module's docstring); returns their peer files.
-    ``start_time``: the unix time every peer counts from (over contacts, simulated time 0)."""
+    ``start_time``: the unix time every peer counts from (over contacts, simulated time 0);
+    ``force``: replace a bundle already in ``out``."""
     if problems := launch_problems(loaded):
         raise ScenarioError(problems)
     sc = loaded.scenario
@@ -107,6 +129,7 @@ def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: 
         raise ScenarioError([f"{loaded.source}: the scenario has {n} devices, the hosts {len(endpoints)}"])
     neighbours, edges = peer_neighbours(loaded)
     scenario = dump(loaded)
+    replace_bundle(out, force)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp)
@@ -152,41 +175,3 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
                      f'exec p2pfed peer --config peer.yaml{" --insecure" if insecure else ""} "$@"\n')
     start.chmod(start.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
-
-
-def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = None,
-                 wall_time_s: float | None = None, skip: Collection[int] = ()) -> dict[str, Any]:
-    """The results files of a planned run whose peers' ``results/`` are back in their folders.
-
-    ``runtime`` adds to (or replaces fields of) ``summary.json`` ``runtime``; ``wall_time_s``
-    defaults to the last evaluation's elapsed seconds, the run's length as the peers saw it;
-    the peers in ``skip`` (killed on purpose) are left out."""
-    from p2pfed.peer.launcher import peers_runtime
-    from p2pfed.peer.results import merge, write_results
-    from p2pfed.results.recorder import round_float
-
-    plan = json.loads((bundle / PLAN_FILE).read_text())
-    reports, missing = [], []
-    for peer in plan["peers"]:
-        if peer["id"] in skip:
-            continue
-        f = bundle / peer["folder"] / "results" / "peer.json"
-        if f.exists():
-            reports.append(json.loads(f.read_text()))
-        else:
-            missing.append(f"peer {peer['id']}: {f} not found (copy the host's results/ folder back)")
-    if missing:
-        raise ScenarioError(missing)
-    loaded = load_scenario(bundle / plan["peers"][0]["folder"] / "scenario.yaml")
-    if "swapped" in plan:   # the peers' scenario.yaml names the method swapped in; what it left out is here
-        loaded = replace(loaded, swapped=Swap.from_dict(plan["swapped"]))
-    n, edges = len(reports), int(plan["edges"])
-    if wall_time_s is None:
-        rows = merge(reports).rows
-        wall_time_s = rows[-1]["sim_time_s"] if rows else 0.0
-    return write_results(out, loaded, reports, wall_time_s=wall_time_s,
-                         full_model_bytes=reports[0]["full_model_bytes"],
-                         topology={"nodes": n, "edges": edges, "mean_degree": round_float(2 * edges / max(n, 1))},
-                         runtime={"kind": "plan", "secure": plan["secure"],
-                                  "hosts": sorted({p["endpoint"] for p in plan["peers"]}), **peers_runtime(reports),
-                                  **(runtime or {})})

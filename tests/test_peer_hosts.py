@@ -1,0 +1,90 @@
+"""Real hosts, hardened: every file a user carries between hosts is named when it is wrong,
+every refusal exits 2, a bundle is not re-planned over by accident, and a run knows its own
+results (all in-process: planning and merging start no peer)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from p2pfed.cli.main import main
+from tests.peer_support import ROOT, SCENARIO, TINY, write_peer_files
+
+
+def _plan(tmp_path: Path, capsys, *extra: str, hosts: str = "hosts.yaml") -> tuple[int, str]:
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": [f"127.0.0.1:{7100 + i}" for i in range(3)]}))
+    code = main(["plan", str(SCENARIO), "--hosts", str(tmp_path / hosts), "--out", str(tmp_path / "bundle"),
+                 *sum((["--set", s] for s in TINY), []), *extra])
+    return code, capsys.readouterr().err
+
+
+def test_a_missing_hosts_file_is_one_line(tmp_path, capsys):
+    code, err = _plan(tmp_path, capsys, hosts="nope.yaml")
+    assert code == 2
+    assert err.strip().splitlines() == [f"{tmp_path / 'nope.yaml'}: cannot read hosts file: No such file or directory"]
+
+
+def test_merge_names_a_missing_or_damaged_plan_or_peer_file(tmp_path, capsys):
+    assert _plan(tmp_path, capsys)[0] == 0
+    bundle, out = tmp_path / "bundle", str(tmp_path / "merged")
+    plan = bundle / "plan.json"
+    text = plan.read_text()
+    plan.unlink()
+    assert main(["merge", str(bundle), "--out", out]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"{plan}: plan file not found"]
+    plan.write_text(text[:40])   # cut short, as an interrupted copy leaves it
+    assert main(["merge", str(bundle), "--out", out]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"{plan}:") and "not valid JSON" in line
+    plan.write_text(text)
+    results = bundle / "peer-1" / "results"
+    results.mkdir()
+    (results / "peer.json").write_text('{"id": 1, "recorder": {')
+    assert main(["merge", str(bundle), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert f"{results / 'peer.json'}:1:" in err and "not valid JSON" in err
+
+
+def test_plan_refuses_to_replace_a_bundles_keys_without_force(tmp_path, capsys):
+    assert _plan(tmp_path, capsys)[0] == 0
+    secret = tmp_path / "bundle" / "peer-0" / "keys" / "peer-0.key_secret"
+    before = secret.read_text()
+    code, err = _plan(tmp_path, capsys)
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"{tmp_path / 'bundle'}: already holds a bundle") and "--force" in line
+    assert secret.read_text() == before
+    (tmp_path / "bundle" / "peer-2" / "results").mkdir()   # an earlier run's results go with it
+    assert _plan(tmp_path, capsys, "--force")[0] == 0
+    assert secret.read_text() != before
+    assert not (tmp_path / "bundle" / "peer-2" / "results").exists()
+
+
+def test_ctrl_c_stops_a_waiting_peer_in_one_line_its_checkpoint_intact(tmp_path):
+    """Peer 0 alone (its neighbour never starts) finishes round 0 and waits out a long period."""
+    [config, _] = write_peer_files(tmp_path, n=2, start_timeout_s=0.5, round_period_s=60.0)
+    proc = subprocess.Popen([sys.executable, "-m", "p2pfed.cli.main", "peer", "--config", str(config)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    checkpoint = tmp_path / "peer-0" / "checkpoint.pt"
+    deadline = time.monotonic() + 60
+    while not checkpoint.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 130, lines
+    assert "Traceback" not in err.decode()
+    assert lines[-1] == (f"p2pfed peer: peer 0 interrupted (Ctrl-C); its checkpoint {checkpoint} is intact: "
+                         "start it again to resume from it")
+    assert torch.load(checkpoint, weights_only=True)["state"]["next_round"] == 1   # whole, round 0 in it
+
