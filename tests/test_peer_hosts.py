@@ -4,6 +4,7 @@ results (all in-process: planning and merging start no peer)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import torch
 import yaml
 
 from p2pfed.cli.main import main
+from p2pfed.peer.keys import make_keys
 from tests.peer_support import ROOT, SCENARIO, TINY, write_peer_files
 
 
@@ -88,3 +90,51 @@ def test_ctrl_c_stops_a_waiting_peer_in_one_line_its_checkpoint_intact(tmp_path)
                          "start it again to resume from it")
     assert torch.load(checkpoint, weights_only=True)["state"]["next_round"] == 1   # whole, round 0 in it
 
+
+
+def test_every_folder_of_a_plan_carries_its_run_id_and_scenario_hash(tmp_path, capsys):
+    assert _plan(tmp_path, capsys)[0] == 0
+    plan = json.loads((tmp_path / "bundle" / "plan.json").read_text())
+    assert len(plan["run_id"]) == 12 and len(plan["scenario_hash"]) == 16
+    for i in range(3):
+        peer = yaml.safe_load((tmp_path / "bundle" / f"peer-{i}" / "peer.yaml").read_text())
+        assert peer["run_id"] == plan["run_id"] and peer["public_key"] == f"keys/peer-{i}.key"
+    assert _plan(tmp_path, capsys, "--force")[0] == 0
+    again = json.loads((tmp_path / "bundle" / "plan.json").read_text())
+    assert again["run_id"] != plan["run_id"] and again["scenario_hash"] == plan["scenario_hash"]
+
+
+def test_merge_refuses_results_of_another_run_or_peer_naming_them(tmp_path, capsys):
+    assert _plan(tmp_path, capsys)[0] == 0
+    bundle = tmp_path / "bundle"
+    plan = json.loads((bundle / "plan.json").read_text())
+    files = []
+    for i, (peer_id, run_id) in enumerate([(0, plan["run_id"]), (1, "0123456789ab"), (0, plan["run_id"])]):
+        (bundle / f"peer-{i}" / "results").mkdir()
+        files.append(bundle / f"peer-{i}" / "results" / "peer.json")
+        files[-1].write_text(json.dumps({"id": peer_id, "run_id": run_id, "scenario_hash": plan["scenario_hash"]}))
+    assert main(["merge", str(bundle), "--out", str(tmp_path / "merged")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{files[1]}: the results of run 0123456789ab, not of this plan's run {plan['run_id']} (another run's "
+        "results/ folder, or one from before the bundle was planned again)",
+        f"{files[2]}: the results of peer 0, copied into peer 2's folder"]
+    assert not (tmp_path / "merged" / "summary.json").exists()
+
+
+def test_a_peer_given_another_peers_secret_key_refuses_to_start_naming_it(tmp_path, capsys):
+    assert _plan(tmp_path, capsys)[0] == 0
+    keys = tmp_path / "bundle" / "peer-0" / "keys"
+    neighbours_secret = tmp_path / "bundle" / "peer-1" / "keys" / "peer-1.key_secret"
+    (keys / "peer-0.key_secret").write_bytes(neighbours_secret.read_bytes())
+    config = tmp_path / "bundle" / "peer-0" / "peer.yaml"
+    assert main(["peer", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{config}: secret_key: keys/peer-0.key_secret is neighbour 1's key pair, not peer 0's: give this peer "
+        "its own keys (each folder of a plan holds the right one)"]
+    # A peer that is no neighbour's: told by this peer's own public key
+    make_keys(tmp_path / "other", ["stranger"])
+    (keys / "peer-0.key_secret").write_bytes((tmp_path / "other" / "stranger.key_secret").read_bytes())
+    assert main(["peer", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{config}: secret_key: keys/peer-0.key_secret does not pair with this peer's public_key keys/peer-0.key: "
+        "another peer's secret key?"]

@@ -55,6 +55,12 @@ def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_
     real = json.loads((tmp_path / "merged" / "summary.json").read_text())
     sim = run_scenario(load_scenario(SCENARIO, [*TINY, SWAP]), tmp_path / "sim", progress=False)
     assert real["runtime"]["kind"] == "plan" and real["runtime"]["secure"] is True
+    plan = json.loads((moved / "plan.json").read_text())   # the run's identity, in every results folder
+    assert real["runtime"]["run_id"] == plan["run_id"] and real["runtime"]["scenario_hash"] == plan["scenario_hash"]
+    for i in range(3):
+        assert json.loads((moved / f"peer-{i}" / "results" / "peer.json").read_text())["run_id"] == plan["run_id"]
+        assert json.loads((moved / f"peer-{i}" / "results" / "summary.json").read_text())["runtime"]["run_id"] \
+            == plan["run_id"]
     assert real["devices"] == 3 and real["comm"]["messages_dropped"] == 0
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
     assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from p2pfed.peer.config import PeerTiming, tcp_endpoint
+from p2pfed.peer.identity import file_hash, new_run_id
 from p2pfed.peer.keys import make_keys
 from p2pfed.plugins import is_plugin_name
 from p2pfed.scenario.build import peer_neighbours
@@ -131,13 +132,16 @@ def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: 
     scenario = dump(loaded)
     replace_bundle(out, force)
     out.mkdir(parents=True, exist_ok=True)
+    run_id = new_run_id()
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp)
         if not insecure:
             make_keys(keys, [f"peer-{i}" for i in range(n)])
-        configs = [_peer_folder(out / f"peer-{i}", i, neighbours[i], endpoints, keys, loaded,
-                                scenario, insecure=insecure, timing=timing, start_time=start_time) for i in range(n)]
-    plan = {"scenario": loaded.source, "secure": not insecure, "edges": edges,
+        configs = [_peer_folder(out / f"peer-{i}", i, neighbours[i], endpoints, keys, loaded, scenario,
+                                insecure=insecure, timing=timing, start_time=start_time, run_id=run_id)
+                   for i in range(n)]
+    plan = {"run_id": run_id, "scenario_hash": file_hash(out / "peer-0" / "scenario.yaml"),
+            "scenario": loaded.source, "secure": not insecure, "edges": edges,
             "peers": [{"id": i, "endpoint": endpoints[i], "folder": f"peer-{i}"} for i in range(n)],
             **({} if loaded.swapped is None else {"swapped": loaded.swapped.to_dict()})}
     (out / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
@@ -146,7 +150,7 @@ def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: 
 
 def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[str], keys: Path,
                  loaded: RunSpec, scenario: dict[str, Any], *, insecure: bool, timing: PeerTiming,
-                 start_time: float | None) -> Path:
+                 start_time: float | None, run_id: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     own = json.loads(json.dumps(scenario))   # a copy whose file fields point into this folder
     for section, key in FILE_FIELDS:
@@ -157,7 +161,7 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
             own[section][key] = f"files/{source.name}"
     (folder / "scenario.yaml").write_text(yaml.safe_dump(own, sort_keys=False))
     config: dict[str, Any] = {
-        "id": i, "scenario": "scenario.yaml", "listen": endpoints[i],
+        "id": i, "run_id": run_id, "scenario": "scenario.yaml", "listen": endpoints[i],
         "neighbours": [{"id": j, "endpoint": endpoints[j]} for j in neighbours],
         "out": "results", **timing.fields(), **({} if start_time is None else {"start_time": start_time})}
     if not insecure:
@@ -166,6 +170,7 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
             shutil.copy2(keys / f"peer-{j}.key", folder / "keys" / f"peer-{j}.key")
         shutil.copy2(keys / f"peer-{i}.key_secret", folder / "keys" / f"peer-{i}.key_secret")
         config["secret_key"] = f"keys/peer-{i}.key_secret"
+        config["public_key"] = f"keys/peer-{i}.key"
         for nb in config["neighbours"]:
             nb["public_key"] = f"keys/peer-{nb['id']}.key"
     path = folder / "peer.yaml"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pfed.peer.bundle import PLAN_FILE
+from p2pfed.peer.identity import identity_problems
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.scenario.swap import Swap
@@ -54,17 +55,19 @@ def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = No
     from p2pfed.results.recorder import round_float
 
     plan = read_plan(bundle)
-    reports, missing = [], []
+    reports, missing, foreign = [], [], []
     for peer in plan["peers"]:
         if peer["id"] in skip:
             continue
         f = bundle / peer["folder"] / "results" / "peer.json"
         if f.exists():
-            reports.append(read_json_file(f, f"results of peer {peer['id']}"))
+            report = read_json_file(f, f"results of peer {peer['id']}")
+            foreign += identity_problems(str(f), plan, report, peer["id"])
+            reports.append(report)
         else:
             missing.append(f"peer {peer['id']}: {f} not found (copy the host's results/ folder back)")
-    if missing:
-        raise ScenarioError(missing)
+    if missing or foreign:
+        raise ScenarioError(foreign + missing)
     loaded = load_scenario(bundle / plan["peers"][0]["folder"] / "scenario.yaml")
     if "swapped" in plan:   # the peers' scenario.yaml names the method swapped in; what it left out is here
         loaded = replace(loaded, swapped=Swap.from_dict(plan["swapped"]))
@@ -75,6 +78,7 @@ def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = No
     return write_results(out, loaded, reports, wall_time_s=wall_time_s,
                          full_model_bytes=reports[0]["full_model_bytes"],
                          topology={"nodes": n, "edges": edges, "mean_degree": round_float(2 * edges / max(n, 1))},
-                         runtime={"kind": "plan", "secure": plan["secure"],
+                         runtime={"kind": "plan", "run_id": plan.get("run_id"),
+                                  "scenario_hash": plan.get("scenario_hash"), "secure": plan["secure"],
                                   "hosts": sorted({p["endpoint"] for p in plan["peers"]}), **peers_runtime(reports),
                                   **(runtime or {})})

@@ -29,6 +29,7 @@ from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, Resen
                            full_model_bytes, load_checkpoint, save_checkpoint)
 from p2pfed.peer.build import build_peer_device, peer_energy_meter
 from p2pfed.peer.config import LoadedPeerConfig
+from p2pfed.peer.identity import checkpoint_fingerprint, file_hash
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
 from p2pfed.peer.sockets import PeerSockets
@@ -67,8 +68,8 @@ class Peer:
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.out / "checkpoint.pt"
-        self.fingerprint = json.dumps({"peer": cfg.id, "scenario": json.loads(fingerprint(self.loaded))},
-                                      sort_keys=True)
+        self.fingerprint = checkpoint_fingerprint(cfg.id, fingerprint(self.loaded), cfg.run_id)
+        self.scenario_hash = None if cfg.scenario is None else file_hash(loaded_config.resolve(cfg.scenario))
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
         self.recorder, self.loop, self.intake = self._device(built.num_devices)
@@ -330,7 +331,8 @@ class Peer:
 
     def report(self) -> dict[str, Any]:
         """This peer's ``peer.json``: what the launcher merges."""
-        return {"id": self.config.id, "name": self.name, "recorder": self.recorder.state_dict(),
+        return {"id": self.config.id, "run_id": self.config.run_id, "scenario_hash": self.scenario_hash,
+                "name": self.name, "recorder": self.recorder.state_dict(),
                 "stats": self.algo.stats(), "ignored": sorted(self.ignored),
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
                 "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
@@ -347,6 +349,7 @@ class Peer:
         write_json(self.out / "peer.json", report, indent=1)
         return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
-                             runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,
+                             runtime={"kind": "peer", "peer": self.config.id, "run_id": self.config.run_id,
+                                      "secure": self.secure,
                                       "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 
