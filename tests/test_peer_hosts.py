@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,10 @@ import torch
 import yaml
 
 from p2pfed.cli.main import main
+from p2pfed.peer.config import load_peer_config
 from p2pfed.peer.keys import make_keys
+from p2pfed.peer.launcher import free_ports
+from p2pfed.peer.runtime import Peer
 from tests.peer_support import ROOT, SCENARIO, TINY, write_peer_files
 
 
@@ -138,3 +142,45 @@ def test_a_peer_given_another_peers_secret_key_refuses_to_start_naming_it(tmp_pa
     assert capsys.readouterr().err.strip().splitlines() == [
         f"{config}: secret_key: keys/peer-0.key_secret does not pair with this peer's public_key keys/peer-0.key: "
         "another peer's secret key?"]
+
+
+def run_in_threads(configs: list[Path]) -> list[dict]:
+    """Run these peers to the end in this process (no interpreter start per peer)."""
+    results: list[dict] = [{} for _ in configs]
+
+    def one(i: int) -> None:
+        peer = Peer(load_peer_config(configs[i]))
+        try:
+            results[i] = peer.run()
+        finally:
+            peer.close()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(configs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(results), "a peer did not finish"
+    return results
+
+
+def test_a_host_that_never_starts_merges_partially_only_when_asked(tmp_path, capsys):
+    ports = free_ports(3)
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": [f"127.0.0.1:{p}" for p in ports]}))
+    assert main(["plan", str(SCENARIO), "--hosts", str(tmp_path / "hosts.yaml"), "--out", str(tmp_path / "bundle"),
+                 "--start-timeout", "1", *sum((["--set", s] for s in TINY), [])]) == 0
+    bundle = tmp_path / "bundle"
+    run_in_threads([bundle / f"peer-{i}" / "peer.yaml" for i in (0, 1)])   # peer 2's host never starts
+    own = json.loads((bundle / "peer-0" / "results" / "summary.json").read_text())
+    assert own["runtime"]["never_heard"] == [2]                             # said in its own results
+    capsys.readouterr()
+    merged = tmp_path / "merged"
+    assert main(["merge", str(bundle), "--out", str(merged)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{bundle}: no results from peers [2] ({bundle / 'peer-2' / 'results' / 'peer.json'} not found): copy each "
+        "host's results/ folder back into its peer folder, or merge the others with --partial"]
+    assert main(["merge", str(bundle), "--out", str(merged), "--partial"]) == 0
+    assert "PARTIAL: no results from peers [2]; merged the other 2" in capsys.readouterr().err
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["partial"] == {"missing_peers": [2], "merged_peers": [0, 1]}
+    assert summary["devices"] == 2 and summary["runtime"]["never_heard"] == {"0": [2], "1": [2]}
+    assert summary["comm"]["messages_sent"] == 2 * 2 * 3   # counted per neighbour, arrived or not, as simulated

@@ -320,8 +320,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     _check_outputs(out)
-    summary = merge_bundle(Path(args.bundle), out)
+    summary = merge_bundle(Path(args.bundle), out, partial=args.partial)
     print(format_table([row := comparison_row(summary)], comparison_columns([row])))
+    if "partial" in summary:
+        print(f"PARTIAL: no results from peers {summary['partial']['missing_peers']}; merged the other "
+              f"{len(summary['partial']['merged_peers'])} (summary.json partial says so)", file=sys.stderr)
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
 
@@ -438,6 +441,9 @@ def _add_host_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")
     p.add_argument("bundle", help="the folder p2pfed plan wrote, each peer's results/ copied back")
     p.add_argument("--out", required=True, help="results folder")
+    p.add_argument("--partial", action="store_true",
+                   help="merge the peers whose results came back, the missing named in summary.json partial "
+                        "(default: refuse while any is missing)")
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("keys", help="make CURVE key pairs peer-0..peer-(N-1) for real peers")

@@ -159,6 +159,8 @@ def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "send_failed": sum(r["send_failed"] for r in reports),
             # [round, neighbours] whenever a peer stopped waiting for neighbours at a round's deadline
             "timed_out": {str(r["id"]): r["timed_out"] for r in reports if r.get("timed_out")},
+            # the neighbours from which not one message reached a peer in the whole run
+            "never_heard": {str(r["id"]): r["never_heard"] for r in reports if r.get("never_heard")},
             "recovery": recovery_totals(reports)}
 
 

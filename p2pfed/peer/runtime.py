@@ -15,7 +15,6 @@ round it resumes at (``peer/recovery.py``): what reached it after the checkpoint
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -26,13 +25,14 @@ import zmq
 
 from p2pfed.algorithms import Received
 from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
-                           full_model_bytes, load_checkpoint, save_checkpoint)
+                           full_model_bytes)
 from p2pfed.peer.build import build_peer_device, peer_energy_meter
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.identity import checkpoint_fingerprint, file_hash
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
 from p2pfed.peer.sockets import PeerSockets
+from p2pfed.peer.state import PeerCheckpoint
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
@@ -52,7 +52,7 @@ def insecure_warning(what: str) -> None:
           file=sys.stderr, flush=True)
 
 
-class Peer:
+class Peer(PeerCheckpoint):
     """One device as a process: its algorithm, its sockets, its counters and its loop."""
 
     def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False, spec: RunSpec | None = None) -> None:
@@ -256,41 +256,6 @@ class Peer:
             self.poll(min(left, POLL_SLICE_S))
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
 
-    # -- state ---------------------------------------------------------------------------------
-    def _save(self) -> None:
-        runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
-                   "send_failed": self.send_failed, "start_time": self.start_time,
-                   "recovery": asdict(self.recovery), "timed_out": self.timed_out}
-        state = {"next_round": self.next_round, "device": self.loop.state_dict(),
-                 "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
-                 "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
-                 "runtime": json.dumps(runtime, allow_nan=False)}
-        if self.energy is not None:
-            state["energy"] = json.dumps(self.energy.state_dict())
-        save_checkpoint(self.checkpoint_path, "peer", self.fingerprint, state)
-        # rounds done so far, for whoever watches the run (a launcher injecting faults by round)
-        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
-
-    def _resume(self) -> None:
-        if not self.checkpoint_path.exists():
-            return
-        state = load_checkpoint(self.checkpoint_path, "peer", self.fingerprint)
-        self.next_round = int(state["next_round"])
-        self.loop.load_state_dict(state["device"])
-        self.intake.load_state_dict(state["intake"])
-        self.sent_frames.load_state_dict(state["sent_frames"])
-        self.recorder.load_state_dict(json.loads(state["recorder"]))
-        if self.energy is not None:
-            self.energy.load_state_dict(json.loads(state["energy"]))
-        runtime = json.loads(state["runtime"])
-        self.latest = {int(k): v for k, v in runtime["latest"].items()}
-        self.send_failed = runtime["send_failed"]
-        self.start_time = runtime["start_time"]
-        self.recovery = RecoveryCounters(**runtime["recovery"])
-        self.timed_out = runtime.get("timed_out", [])
-        self.resumed_from = runtime["resumed_from"] + [self.next_round]
-        log.warning("peer %d resumes from its checkpoint at round %d", self.config.id, self.next_round)
-
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run the remaining rounds (resuming from the checkpoint if any); write results."""
@@ -337,6 +302,7 @@ class Peer:
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
                 "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
                 "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
+                "never_heard": sorted(set(self.endpoints) - self.recorder.heard_by(self.config.id)),
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes,
                 "energy": None if self.energy is None else self.energy.state_dict(),
@@ -345,11 +311,14 @@ class Peer:
 
     def finish(self) -> dict[str, Any]:
         report = self.report()
+        if report["never_heard"]:
+            log.warning("peer %d: not one message came from neighbours %s in the whole run", self.config.id,
+                        report["never_heard"])
         self.recorder.drop_log.flush()
         write_json(self.out / "peer.json", report, indent=1)
         return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "run_id": self.config.run_id,
-                                      "secure": self.secure,
+                                      "secure": self.secure, "never_heard": report["never_heard"],
                                       "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 

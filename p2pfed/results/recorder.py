@@ -107,6 +107,10 @@ class Recorder:
         else:
             self._pairs_heard.add((sender, receiver))
 
+    def heard_by(self, receiver: int) -> set[int]:
+        """The senders from which at least one message came straight to ``receiver``."""
+        return {s for s, r in self._pairs_heard if r == receiver}
+
     def late(self, dst: int) -> None:
         """A message reached ``dst`` after the fusion it was shared for: fused a round later, if at all."""
         self._counters(dst).messages_late += 1
