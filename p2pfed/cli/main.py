@@ -392,6 +392,8 @@ def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("peer", help="run one device as a real peer process (tcp ZeroMQ, CURVE)")
     p.add_argument("--config", required=True, help="peer YAML file (see docs/reference/scenario.md)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
+    p.add_argument("-v", dest="verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log a line per round (as p2pfed -v peer)")
     p.set_defaults(func=cmd_peer)
 
     p = sub.add_parser("launch", help="run a scenario as N real peer processes on 127.0.0.1")

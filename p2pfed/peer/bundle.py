@@ -9,7 +9,9 @@ optionally a port, per device) and writes ``OUT/peer-I/`` for every device:
   written), with the files it names (``dataset.path``, ``topology.file``, ``contacts.file``)
   copied into ``files/``;
 - ``keys/``: the peer's own CURVE pair and its neighbours' public keys (nobody else's secret);
-- ``start.sh``: ``p2pfed peer --config peer.yaml`` from the folder; results go to ``results/``.
+- ``start.sh``: ``p2pfed peer --config peer.yaml`` from the folder, with the Python that planned it
+  (checked first; ``P2PFED_PYTHON`` names another), its output appended to ``peer.log``; results go
+  to ``results/``.
 
 ``OUT/plan.json`` lists the peers, their endpoints and folders, and for a scenario run with another
 method than its file names what that left out (``swapped``, as ``summary.json`` says it). After the
@@ -23,14 +25,17 @@ The folders hold nothing specific to the machine that wrote them, so a bundle ru
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from p2pfed._version import __version__
 from p2pfed.peer.config import PeerTiming, tcp_endpoint
 from p2pfed.peer.identity import file_hash, new_run_id
 from p2pfed.peer.keys import make_keys
@@ -111,6 +116,30 @@ def replace_bundle(out: Path, force: bool) -> None:
             path.unlink()
 
 
+def start_script(insecure: bool) -> str:
+    """The peer's ``start.sh``: run with the interpreter (and p2pfed) this plan was made with,
+    which an ``ssh host nohup`` finds without any PATH; checked first, so a host without it is
+    told which is missing; the peer's output appended to ``peer.log`` (a restart keeps the first
+    run's log). Its arguments (``-v``) go to ``p2pfed peer``."""
+    python, version = shlex.quote(sys.executable), f"{sys.version_info.major}.{sys.version_info.minor}"
+    return f"""#!/bin/sh
+# Runs this peer from its folder: results go to ./results, its output is appended to ./peer.log.
+# Planned with Python {version} at {sys.executable} and p2pfed {__version__};
+# on a host where that is elsewhere, set P2PFED_PYTHON to a Python with p2pfed installed.
+cd "$(dirname "$0")" || exit 2
+PLANNED={python}
+PYTHON="${{P2PFED_PYTHON:-$PLANNED}}"
+if ! have=$("$PYTHON" -c 'import p2pfed; print(p2pfed.__version__)' 2>/dev/null); then
+    echo "start.sh: $PYTHON (Python {version} with p2pfed {__version__}, as planned) is missing or has no" \\
+         "p2pfed on this host: install it, or set P2PFED_PYTHON to a Python with p2pfed" >&2
+    exit 2
+fi
+[ "$have" = "{__version__}" ] || echo "start.sh: p2pfed $have here, the bundle was planned with {__version__}" >&2
+echo "start.sh: peer running, its output appended to $PWD/peer.log" >&2
+exec "$PYTHON" -m p2pfed.cli.main peer --config peer.yaml{" --insecure" if insecure else ""} "$@" >> peer.log 2>&1
+"""
+
+
 def write_bundle(loaded: RunSpec, endpoints: list[str], out: Path, *, insecure: bool = False,
                  timing: PeerTiming = PeerTiming(), start_time: float | None = None,
                  force: bool = False) -> list[Path]:
@@ -176,7 +205,6 @@ def _peer_folder(folder: Path, i: int, neighbours: list[int], endpoints: list[st
     path = folder / "peer.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     start = folder / "start.sh"
-    start.write_text('#!/bin/sh\n# run this peer from its folder; results go to ./results\ncd "$(dirname "$0")" && '
-                     f'exec p2pfed peer --config peer.yaml{" --insecure" if insecure else ""} "$@"\n')
+    start.write_text(start_script(insecure))
     start.chmod(start.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path

@@ -27,6 +27,7 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     spec = load_peer_spec(loaded)
     peer_class = Peer if spec.scenario.contacts.kind == "none" else ContactPeer
     peer = peer_class(loaded, insecure=insecure, spec=spec)
+    print(start_line(peer), file=sys.stderr, flush=True)
     # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
@@ -36,6 +37,16 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     finally:
         signal.signal(signal.SIGTERM, previous)
         peer.close()
+
+
+def start_line(peer: Peer) -> str:
+    """Who this peer is, where it listens, whom it talks to and in which run: the first line of
+    its log, so a host's log says which peer it is."""
+    cfg = peer.config
+    neighbours = ", ".join(f"{n.id} at {n.endpoint}" for n in cfg.neighbours) or "none"
+    resumes = "; resumes from its checkpoint" if peer.checkpoint_path.exists() else ""
+    return (f"p2pfed peer {cfg.id} (run {cfg.run_id or 'of no plan'}): listening on {cfg.listen}, "
+            f"neighbours {neighbours}; {'CURVE' if peer.secure else 'PLAINTEXT'}{resumes}")
 
 
 def interrupted_line(peer: Peer) -> str:

@@ -292,6 +292,8 @@ class Peer(PeerCheckpoint):
                 self.energy.snapshot(r)
             self.next_round = r + 1
             self._save()
+            log.info("peer %d: round %d done at %.1f s; artifacts of it from %s", self.config.id, r,
+                     time.time() - self.start_time, sorted(n for n, last in self.latest.items() if last >= r))
         return self.finish()
 
     def report(self) -> dict[str, Any]:
