@@ -294,6 +294,10 @@ class Peer(PeerCheckpoint):
             self._save()
             log.info("peer %d: round %d done at %.1f s; artifacts of it from %s", self.config.id, r,
                      time.time() - self.start_time, sorted(n for n, last in self.latest.items() if last >= r))
+        # what neighbours shared in the last round while this peer was a round behind (after a
+        # restart) is held: taken in now, it is received as in a run without the restart
+        for item in self.intake.release(sc.rounds - 1, now=time.time()):
+            self._heard(item)
         return self.finish()
 
     def report(self) -> dict[str, Any]:
