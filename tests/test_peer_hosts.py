@@ -13,14 +13,19 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
 from p2pfed.cli.main import main
+from p2pfed.device import Control
+from p2pfed.peer.clock import ClockProbe, Reading
 from p2pfed.peer.config import load_peer_config
 from p2pfed.peer.keys import make_keys
 from p2pfed.peer.launcher import free_ports
 from p2pfed.peer.runtime import Peer
+from p2pfed.scenario.errors import ScenarioError
+from p2pfed.transport import decode
 from tests.peer_support import ROOT, SCENARIO, TINY, write_peer_files
 
 
@@ -172,6 +177,7 @@ def test_a_host_that_never_starts_merges_partially_only_when_asked(tmp_path, cap
     run_in_threads([bundle / f"peer-{i}" / "peer.yaml" for i in (0, 1)])   # peer 2's host never starts
     own = json.loads((bundle / "peer-0" / "results" / "summary.json").read_text())
     assert own["runtime"]["never_heard"] == [2]                             # said in its own results
+    assert abs(own["runtime"]["clock_offsets"]["1"]["offset_s"]) < 0.5      # one machine, one clock
     capsys.readouterr()
     merged = tmp_path / "merged"
     assert main(["merge", str(bundle), "--out", str(merged)]) == 2
@@ -183,4 +189,53 @@ def test_a_host_that_never_starts_merges_partially_only_when_asked(tmp_path, cap
     summary = json.loads((merged / "summary.json").read_text())
     assert summary["partial"] == {"missing_peers": [2], "merged_peers": [0, 1]}
     assert summary["devices"] == 2 and summary["runtime"]["never_heard"] == {"0": [2], "1": [2]}
+    assert sorted(summary["runtime"]["clock_offsets"]) == ["0", "1"]
     assert summary["comm"]["messages_sent"] == 2 * 2 * 3   # counted per neighbour, arrived or not, as simulated
+
+
+def _control(frame: bytes) -> Control:
+    msg = decode(frame, max_bytes=2**20)
+    return Control(msg.sender, msg.kind, dict(msg.meta))
+
+
+def test_a_neighbours_clock_offset_is_read_from_a_ping_and_judged_against_the_round_period():
+    """Peer 1's clock runs 2 s ahead of peer 0's; the ping takes 0.05 s each way."""
+    a, b = ClockProbe(0, 2**20), ClockProbe(1, 2**20)
+    ping = a.ping(100.0)
+    reply, ping_back = b.take(_control(ping), now=102.05)   # b has no reading of a yet: it pings back
+    assert a.take(_control(reply), now=100.1) == []
+    assert a.best[1] == Reading(offset_s=2.0, round_trip_s=pytest.approx(0.1))
+    assert a.report() == {"1": {"offset_s": 2.0, "round_trip_s": 0.1}}
+    assert len(a.take(_control(ping_back), now=100.12)) == 1  # answered; a's reading is good: no ping back
+    with pytest.raises(ScenarioError) as refused:
+        a.grid_warnings([1, 2], 1.5, "peer.yaml")
+    assert refused.value.problems == [
+        "peer.yaml: shared grid: neighbour 1's clock is 2.000 s ahead of this peer's (± 0.050 s), 133% of the "
+        "1.5 s round period, over 50%: its artifacts would miss their rounds; synchronise the hosts' clocks "
+        "(e.g. NTP) or plan a longer --round-period"]
+    assert a.grid_warnings([1, 2], 10.0, "peer.yaml") == [
+        "peer.yaml: shared grid: neighbour 1's clock is 2.000 s ahead of this peer's (± 0.050 s), 20% of the "
+        "10 s round period, over 10%: artifacts may be late",
+        "peer.yaml: no clock reading from neighbour 2 before the shared start (it had not started): its clock "
+        "is not checked"]
+    assert a.grid_warnings([1], 30.0, "peer.yaml") == []
+
+
+def test_a_shared_start_already_past_is_refused_saying_by_how_much(tmp_path, capsys):
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": ["10.0.0.1", "10.0.0.2", "10.0.0.3"]}))
+    code = main(["plan", str(SCENARIO), "--hosts", str(tmp_path / "hosts.yaml"), "--out", str(tmp_path / "b"),
+                 "--round-period", "1", "--shared-grid", "--start-at", str(time.time() - 30)])
+    assert code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("--start-at ") and ": passed 30 s ago; give an instant after" in line
+    [config, _] = write_peer_files(tmp_path, n=2, round_period_s=1.0, shared_grid=True, start_time=time.time() - 30)
+    peer = Peer(load_peer_config(config))
+    try:
+        with pytest.raises(ScenarioError) as refused:
+            peer.run()
+    finally:
+        peer.close()
+    [problem] = refused.value.problems
+    assert problem.startswith(f"{config}: start_time: the shared start ") and " had passed 3" in problem
+    assert "plan again with a later --start-at, e.g. --start-at $(( $(date +%s) + 120 ))" in problem
+    assert not (tmp_path / "peer-0" / "checkpoint.pt").exists()   # not one round ran

@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 
 from p2pfed.scenario.loader import launch_problems, load_scenario, with_algorithm
@@ -304,6 +305,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"p2pfed: plan: {loaded.source}: {why}: every host must count time from one instant; "
               "give --start-at UNIX_TIME (clocks synchronised, e.g. by NTP)", file=sys.stderr)
         return 2
+    if args.start_at is not None and args.start_at <= (now := time.time()):
+        raise ScenarioError([f"--start-at {args.start_at:.0f}: passed {now - args.start_at:.0f} s ago; give an "
+                             "instant after every host has started its peer and loaded, e.g. "
+                             "--start-at $(( $(date +%s) + 120 ))"])
     _check_outputs(Path(args.out))
     endpoints = read_hosts(Path(args.hosts), loaded.num_devices)
     configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args),

@@ -161,6 +161,8 @@ def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "timed_out": {str(r["id"]): r["timed_out"] for r in reports if r.get("timed_out")},
             # the neighbours from which not one message reached a peer in the whole run
             "never_heard": {str(r["id"]): r["never_heard"] for r in reports if r.get("never_heard")},
+            # per peer, each neighbour's clock minus its own (seconds) and the round trip it was read over
+            "clock_offsets": {str(r["id"]): r["clock_offsets"] for r in reports if r.get("clock_offsets")},
             "recovery": recovery_totals(reports)}
 
 

@@ -27,6 +27,7 @@ from p2pfed.algorithms import Received
 from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
                            full_model_bytes)
 from p2pfed.peer.build import build_peer_device, peer_energy_meter
+from p2pfed.peer.clock import CLOCK_KINDS, ClockProbe, late_start_problem
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.identity import checkpoint_fingerprint, file_hash
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
@@ -36,6 +37,7 @@ from p2pfed.peer.state import PeerCheckpoint
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import fingerprint
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.threads import apply_torch_threads
@@ -57,8 +59,10 @@ class Peer(PeerCheckpoint):
 
     def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False, spec: RunSpec | None = None) -> None:
         """``spec``: the peer's scenario, already loaded (else loaded from the config)."""
+        self.created_at = time.time()   # how long loading takes, said when a shared start passed meanwhile
         cfg = self.config = loaded_config.config
         self.secure = not insecure
+        self.source = loaded_config.source
         built = build_peer_device(loaded_config, spec)
         self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
         self.class_counts = built.class_counts
@@ -89,6 +93,7 @@ class Peer(PeerCheckpoint):
         self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
                                    max_bytes=sc.engine.max_message_bytes, on_reject=self._rejected)
         self.mailbox, self.outbox = self.sockets.mailbox, self.sockets.outbox
+        self.clock = ClockProbe(cfg.id, sc.engine.max_message_bytes)
 
     def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
         """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
@@ -103,7 +108,7 @@ class Peer(PeerCheckpoint):
         intake = Intake(cfg.id, self.algo, recorder,
                         IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    hold_later_rounds=True),
+                                    hold_later_rounds=True, control_kinds=CLOCK_KINDS),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 
@@ -162,7 +167,10 @@ class Peer(PeerCheckpoint):
         if isinstance(item, ResendRequest):
             self._answer(item)
             return True
-        assert not isinstance(item, Control)   # only contact peers' intakes return these
+        if isinstance(item, Control):   # a neighbour's clock ping, or its answer to this peer's
+            for data in self.clock.take(item, time.time()):
+                self.outbox.send(self.endpoints[item.sender], data, timeout_ms=0)
+            return True
         if isinstance(item, Received) and item.round < self.next_round:   # its fusion (round item.round + 1) is past
             self.recorder.late(self.config.id)
         self._heard(item)
@@ -264,10 +272,12 @@ class Peer(PeerCheckpoint):
         self.next_round_at_start = self.next_round
         if self.resumed_from:
             self._ask_to_resend()
+        for endpoint in self.endpoints.values():   # each neighbour's clock, read while they start
+            self.outbox.send(endpoint, self.clock.ping(time.time()), timeout_ms=0)
         period, paced_from = self.config.round_period_s, None
         if self.config.shared_grid:   # round r from start_time + r periods, on every peer alike
             paced_from = time.monotonic() + (self.start_time - time.time())
-            self._sleep_until(paced_from + self.next_round * period)
+            self._start_on_grid(paced_from + self.next_round * period)
         for r in range(self.next_round, sc.rounds):
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
             for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
@@ -300,6 +310,18 @@ class Peer(PeerCheckpoint):
             self._heard(item)
         return self.finish()
 
+    def _start_on_grid(self, at: float) -> None:
+        """Wait for this run's first round on the shared grid (monotonic ``at``), reading the
+        neighbours' clocks meanwhile; refuse a fresh start whose shared start already passed, or
+        neighbours' clocks too far off this one's (``peer/clock.py``)."""
+        period = self.config.round_period_s
+        if self.next_round == 0 and (late := late_start_problem(self.start_time, time.time(), period,
+                                                                time.time() - self.created_at, self.source)):
+            raise ScenarioError([late])
+        self._sleep_until(at)
+        for warning in self.clock.grid_warnings(sorted(self.endpoints), period, self.source):
+            log.warning(warning)
+
     def report(self) -> dict[str, Any]:
         """This peer's ``peer.json``: what the launcher merges."""
         return {"id": self.config.id, "run_id": self.config.run_id, "scenario_hash": self.scenario_hash,
@@ -309,6 +331,7 @@ class Peer(PeerCheckpoint):
                 "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
                 "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
                 "never_heard": sorted(set(self.endpoints) - self.recorder.heard_by(self.config.id)),
+                "clock_offsets": self.clock.report(),   # each neighbour's clock minus this one's
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes,
                 "energy": None if self.energy is None else self.energy.state_dict(),
@@ -326,5 +349,6 @@ class Peer(PeerCheckpoint):
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "run_id": self.config.run_id,
                                       "secure": self.secure, "never_heard": report["never_heard"],
+                                      "clock_offsets": report["clock_offsets"],
                                       "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 
