@@ -244,7 +244,7 @@ def _timing(args: argparse.Namespace):
     from p2pfed.peer.config import PeerTiming
 
     if args.shared_grid and not args.round_period:
-        raise SystemExit("p2pfed: --shared-grid needs --round-period SECONDS (the grid's step)")
+        raise ScenarioError(["--shared-grid: needs --round-period SECONDS (the grid's step)"])
     return PeerTiming(args.start_timeout, args.round_timeout, args.round_period, args.speedup, args.shared_grid)
 
 
@@ -264,6 +264,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{folder_label(sc.algorithm.name)}-peers"
     _check_outputs(out)
+    timing = _timing(args)
     if args.insecure:
         insecure_warning("every launched peer")
     emulated = args.network == "emulated"
@@ -282,12 +283,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
             faults = load_faults(Path(args.faults), loaded.num_devices) if args.faults else None
             summary = launch_emulated(loaded, out, insecure=args.insecure, loss=args.loss, jitter_s=args.jitter,
                                       faults=faults, faults_source=args.faults or "faults",
-                                      timeout_s=args.timeout, timing=_timing(args),
+                                      timeout_s=args.timeout, timing=timing,
                                       congestion_control=args.congestion_control)
         else:
             summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
                              out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
-                             timing=_timing(args), verbose=args.verbose)
+                             timing=timing, verbose=args.verbose)
     except RuntimeError as exc:   # LanError included: one line saying what is needed
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
