@@ -7,7 +7,6 @@ parser message.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
@@ -18,20 +17,12 @@ from p2pfed.peer.identity import identity_problems
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.scenario.swap import Swap
-from p2pfed.textfile import read_text
+from p2pfed.textfile import read_json
 
 
 def read_json_file(path: Path, what: str) -> Any:
     """The JSON in ``path``; missing, unreadable or damaged, one ScenarioError line naming it."""
-    if not path.exists():
-        raise ScenarioError([f"{path}: {what} not found"])
-    try:
-        return json.loads(read_text(path, what))
-    except json.JSONDecodeError as exc:
-        raise ScenarioError([f"{path}:{exc.lineno}:{exc.colno}: the {what} is not valid JSON ({exc.msg}); "
-                             "was it truncated while copied?"]) from None
-    except ValueError as exc:   # not UTF-8, or unreadable
-        raise ScenarioError([str(exc)]) from None
+    return read_json(path, what, ScenarioError)
 
 
 def read_plan(bundle: Path) -> dict[str, Any]:
