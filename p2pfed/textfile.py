@@ -8,9 +8,10 @@ reached is not the line at fault.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def undecodable_line(path: Path, opener: Callable[..., IO[bytes]] = open) -> int | None:
@@ -41,3 +42,16 @@ def read_text(path: Path, what: str, error: type[Exception] = ValueError) -> str
         raise error(not_text(path, what)) from None
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def read_json(path: Path, what: str, error: type[Exception] = ValueError) -> Any:
+    """The JSON in ``path``; a missing, unreadable, binary or damaged (e.g. truncated) file
+    raises ``error`` with one line naming it (a bare parser message names no file)."""
+    if not path.exists():
+        raise error(f"{path}: {what} not found")
+    text = read_text(path, what, error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}:{exc.lineno}:{exc.colno}: the {what} is not valid JSON ({exc.msg}); "
+                    "was it truncated while copied?") from None

@@ -49,6 +49,7 @@ def permitted() -> None:
 # expensive module fixture (built once, not once per worker). Every other test goes to whichever
 # worker is free. (pytest-xdist's own ``xdist_group`` mark is lost under pytest 9.)
 SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py": "namespaces",
+                 "test_emulated_hosts.py": "namespaces",
                  "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
                  "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
                  "test_fedsub_science.py": "fedsub-science"}

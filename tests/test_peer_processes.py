@@ -52,6 +52,12 @@ def test_launch_gives_the_simulations_numbers(tmp_path, capsys):
     assert real_data == json.loads((tmp_path / "sim" / "dataset.json").read_text())["class_counts"]
 
 
+def sim_devices(folder: Path) -> list[dict[str, int]]:
+    """devices.csv's counters of a results folder, as numbers."""
+    return [{k: int(v) for k, v in row.items() if k.startswith("messages_")}
+            for row in csv.DictReader((folder / "devices.csv").open())]
+
+
 def _next_round(checkpoint: Path) -> int:
     try:
         return int(torch.load(checkpoint, weights_only=True)["state"]["next_round"])
@@ -123,3 +129,9 @@ def test_a_killed_peer_resumes_from_its_checkpoint_and_gives_the_simulations_num
     margin = max(0.01 * sim["comm"]["bytes_sent_total"], STAMP_BYTES_PER_MESSAGE * sim["comm"]["messages_sent"])
     assert abs(real["comm"]["bytes_sent_total"] - sim["comm"]["bytes_sent_total"]) <= margin
     assert real["algorithm_stats"].keys() == sim["algorithm_stats"].keys()
+    # Counts that mean what they say: the restart's second copies are no drops, and the restarted
+    # peer received what an uninterrupted one does (its last round's frames, held while it was
+    # a round behind, included).
+    assert real["comm"]["messages_dropped"] == 0 and real["comm"]["delivery_ratio"] == 1.0
+    assert [r["recorder"]["counters"][0]["messages_received"] for r in reports] == \
+        [c["messages_received"] for c in sim_devices(tmp_path / "sim")]

@@ -42,12 +42,17 @@ def test_peers_on_a_shared_grid_end_each_round_together_and_wait_for_no_one(tmp_
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4]
     assert all(float(r[1]) >= int(r[0]) - 1 for r in rows)
     # (whether an artifact is late depends on this machine's load: not asserted either way)
-    assert json.loads((out / "summary.json").read_text())["comm"]["messages_dropped"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["comm"]["messages_dropped"] == 0
+    # every peer read each neighbour's clock before the grid's start: one machine, offsets near 0
+    offsets = summary["runtime"]["clock_offsets"]
+    assert {p: sorted(o) for p, o in offsets.items()} == {"0": ["1", "2"], "1": ["0", "2"], "2": ["0", "1"]}
+    assert all(abs(o["offset_s"]) <= o["round_trip_s"] / 2 + 0.05 for p in offsets.values() for o in p.values())
 
 
 def test_a_shared_grid_needs_its_period_and_a_shared_start(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="--shared-grid needs --round-period"):
-        main(["launch", str(SCENARIO), "--out", str(tmp_path / "x"), "--shared-grid"])
+    assert main(["launch", str(SCENARIO), "--out", str(tmp_path / "x"), "--shared-grid"]) == 2   # a refusal
+    assert capsys.readouterr().err == "--shared-grid: needs --round-period SECONDS (the grid's step)\n"
     (tmp_path / "hosts.yaml").write_text("hosts: [10.0.0.1, 10.0.0.2, 10.0.0.3]\n")
     code = main(["plan", str(SCENARIO), "--hosts", str(tmp_path / "hosts.yaml"), "--out", str(tmp_path / "b"),
                  "--round-period", "1", "--shared-grid", *sum((["--set", s] for s in TINY), [])])

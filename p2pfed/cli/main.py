@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 
 from p2pfed.scenario.loader import launch_problems, load_scenario, with_algorithm
@@ -19,6 +20,7 @@ from p2pfed.scenario.swap import LOG as SWAP_LOG
 from p2pfed.sweeps.cli import add_commands as add_sweep_commands
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -226,9 +228,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_peer(args: argparse.Namespace) -> int:
-    from p2pfed.peer.entry import run_peer
+    from p2pfed.peer.entry import PeerInterrupted, run_peer
 
-    summary = run_peer(args.config, insecure=args.insecure)
+    try:
+        summary = run_peer(args.config, insecure=args.insecure)
+    except PeerInterrupted as exc:
+        print(f"p2pfed peer: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"peer done: f1_macro {summary['final']['f1_macro_mean']}, "
           f"{summary['comm']['bytes_sent_total']} bytes sent, {summary['comm']['messages_dropped']} dropped")
     return 0
@@ -238,7 +244,7 @@ def _timing(args: argparse.Namespace):
     from p2pfed.peer.config import PeerTiming
 
     if args.shared_grid and not args.round_period:
-        raise SystemExit("p2pfed: --shared-grid needs --round-period SECONDS (the grid's step)")
+        raise ScenarioError(["--shared-grid: needs --round-period SECONDS (the grid's step)"])
     return PeerTiming(args.start_timeout, args.round_timeout, args.round_period, args.speedup, args.shared_grid)
 
 
@@ -258,6 +264,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     sc = loaded.scenario
     out = Path(args.out) if args.out else Path("runs") / f"{sc.name}-{folder_label(sc.algorithm.name)}-peers"
     _check_outputs(out)
+    timing = _timing(args)
     if args.insecure:
         insecure_warning("every launched peer")
     emulated = args.network == "emulated"
@@ -276,12 +283,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
             faults = load_faults(Path(args.faults), loaded.num_devices) if args.faults else None
             summary = launch_emulated(loaded, out, insecure=args.insecure, loss=args.loss, jitter_s=args.jitter,
                                       faults=faults, faults_source=args.faults or "faults",
-                                      timeout_s=args.timeout, timing=_timing(args),
+                                      timeout_s=args.timeout, timing=timing,
                                       congestion_control=args.congestion_control)
         else:
             summary = launch(loaded, Path(args.scenario) if args.scenario else None, _overrides(args), args.seed,
                              out, args.peers, insecure=args.insecure, timeout_s=args.timeout,
-                             timing=_timing(args), verbose=args.verbose)
+                             timing=timing, verbose=args.verbose)
     except RuntimeError as exc:   # LanError included: one line saying what is needed
         print(f"p2pfed: launch failed: {exc}", file=sys.stderr)
         return 1
@@ -299,10 +306,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"p2pfed: plan: {loaded.source}: {why}: every host must count time from one instant; "
               "give --start-at UNIX_TIME (clocks synchronised, e.g. by NTP)", file=sys.stderr)
         return 2
+    if args.start_at is not None and args.start_at <= (now := time.time()):
+        raise ScenarioError([f"--start-at {args.start_at:.0f}: passed {now - args.start_at:.0f} s ago; give an "
+                             "instant after every host has started its peer and loaded, e.g. "
+                             "--start-at $(( $(date +%s) + 120 ))"])
     _check_outputs(Path(args.out))
     endpoints = read_hosts(Path(args.hosts), loaded.num_devices)
     configs = write_bundle(loaded, endpoints, Path(args.out), insecure=args.insecure, timing=_timing(args),
-                           start_time=args.start_at)
+                           start_time=args.start_at, force=args.force)
     print(f"{len(configs)} peer folders in {args.out}/ (peer-I/: peer.yaml, scenario.yaml, keys/, start.sh): "
           f"copy each to its host and run its start.sh; then copy each results/ back and run "
           f"p2pfed merge {args.out}")
@@ -310,13 +321,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from p2pfed.peer.bundle import merge_bundle
+    from p2pfed.peer.merge import merge_bundle
     from p2pfed.results.compare import comparison_columns, comparison_row, format_table
 
     out = Path(args.out)
     _check_outputs(out)
-    summary = merge_bundle(Path(args.bundle), out)
+    summary = merge_bundle(Path(args.bundle), out, partial=args.partial)
     print(format_table([row := comparison_row(summary)], comparison_columns([row])))
+    if "partial" in summary:
+        print(f"PARTIAL: no results from peers {summary['partial']['missing_peers']}; merged the other "
+              f"{len(summary['partial']['merged_peers'])} (summary.json partial says so)", file=sys.stderr)
     print(f"results in {out}/ (rounds.csv, devices.csv, dataset.json, summary.json, plot.png)")
     return 0
 
@@ -384,6 +398,8 @@ def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("peer", help="run one device as a real peer process (tcp ZeroMQ, CURVE)")
     p.add_argument("--config", required=True, help="peer YAML file (see docs/reference/scenario.md)")
     p.add_argument("--insecure", action="store_true", help="plaintext, no authentication (loud warning)")
+    p.add_argument("-v", dest="verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log a line per round (as p2pfed -v peer)")
     p.set_defaults(func=cmd_peer)
 
     p = sub.add_parser("launch", help="run a scenario as N real peer processes on 127.0.0.1")
@@ -425,11 +441,17 @@ def _add_host_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-at", type=POSITIVE_SECONDS, metavar="UNIX_TIME",
                    help="over contacts or with --shared-grid: the unix time of (simulated) time 0 on every host "
                         "(clocks synchronised, e.g. by NTP; default: each peer's own start)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a bundle already in --out: new keys and run id, its peer folders (results "
+                        "included) removed")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("merge", help="merge a planned run's peer results (BUNDLE/peer-I/results/) into one run")
     p.add_argument("bundle", help="the folder p2pfed plan wrote, each peer's results/ copied back")
     p.add_argument("--out", required=True, help="results folder")
+    p.add_argument("--partial", action="store_true",
+                   help="merge the peers whose results came back, the missing named in summary.json partial "
+                        "(default: refuse while any is missing)")
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("keys", help="make CURVE key pairs peer-0..peer-(N-1) for real peers")
@@ -461,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     SWAP_LOG.setLevel(logging.WARNING)   # a method swapped in says what it left out
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"p2pfed {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ScenarioError as exc:
         for line in exc.problems:
             print(line, file=sys.stderr)

@@ -24,7 +24,8 @@ next round) is held, undecoded, and taken in by ``release`` when the receiver re
 a device fuses in round r what its neighbours shared up to round r−1, as in the simulator,
 whatever the wall-clock skew between peers. Under the same rule a repeat of a round already
 received from that sender (a restarted peer sending its round again) is refused as ``repeat``,
-so an artifact is never fused twice. Under that rule too, a neighbour's resend request (kind
+so an artifact is never fused twice; nothing is missing then, so it is counted apart from the
+drops (``messages_repeated``). Under that rule too, a neighbour's resend request (kind
 ``peer/resend``, sent by a peer restarted from its checkpoint) that passed checks 1–3 is returned as
 ``ResendRequest`` for the runtime to answer; it never reaches the algorithm. Likewise a real
 peer's contact-protocol message (``control_kinds``: a summary vector, an acknowledgement) is
@@ -247,7 +248,10 @@ class Intake:
         return origin, hops
 
     def _drop(self, who: int | None, round: int, reason: str, detail: str) -> None:
-        self.recorder.dropped(who, self.device, round, reason, detail)
+        if reason == "repeat":   # a copy of what is here already (a restart's re-sent frames): nothing lost
+            self.recorder.repeated(self.device, who, detail)
+        else:
+            self.recorder.dropped(who, self.device, round, reason, detail)
         limit = self.rules.max_bad_messages
         if who is None or reason == "ignored" or limit is None:
             return

@@ -76,6 +76,9 @@ class OwnData(_Section):
 class PeerConfig(_Section):
     id: int = Field(ge=0, description=(
         "This peer's device id: its sender id on the wire, and which device of the scenario's dataset it trains on."))
+    run_id: str | None = Field(default=None, description=(
+        "The run this peer belongs to (`p2pfed plan` draws one per bundle); written into its `peer.json`, and "
+        "`p2pfed merge` refuses results of another run. Null: a peer of no plan."))
     scenario: str | None = Field(default=None, description="The scenario file; null: the embedded quickstart.")
     overrides: list[str] = Field(default_factory=list, description=(
         "`key.sub=value` overrides applied to the scenario, as `--set` does."))
@@ -87,6 +90,9 @@ class PeerConfig(_Section):
     secret_key: str | None = Field(default=None, description=(
         "This peer's `.key_secret` file from `p2pfed keys` (required unless `--insecure`); read when the peer file is"
         " loaded, its keys must be 40 Z85 characters."))
+    public_key: str | None = Field(default=None, description=(
+        "This peer's own `.key` file (`p2pfed plan` writes it): the secret key must be its pair, so a peer given "
+        "another peer's secret key refuses to start instead of running cut off from its neighbours."))
     data: OwnData | None = Field(default=None, description=(
         "The peer's own data instead of the scenario's device `id` (see below); null: the scenario's."))
     out: str = Field(default="peer-out", description=(
@@ -163,7 +169,8 @@ def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerC
         raise ScenarioError([f"{p}: {describe_error(e)}" for e in field_errors(exc.errors())]) from None
     loaded = LoadedPeerConfig(config, str(p), p.resolve().parent)
     problems = []
-    files = [("scenario", config.scenario), ("data.path", config.data.path if config.data else None)]
+    files = [("scenario", config.scenario), ("data.path", config.data.path if config.data else None),
+             ("public_key", config.public_key)]
     if not insecure:
         if config.secret_key is None:
             problems.append(f"{p}: secret_key: required (or run with --insecure)")
@@ -179,6 +186,8 @@ def load_peer_config(path: str | Path, *, insecure: bool = False) -> LoadedPeerC
             problems += _key_problem(p, field, lambda: load_pair(loaded.resolve(value)))
         elif field.endswith("public_key") and value is not None:
             problems += _key_problem(p, field, lambda: load_public(loaded.resolve(value)))
+    if not insecure and not problems:
+        problems += _foreign_key_problems(loaded)
     out_problem = output_dir_problem(loaded.resolve(config.out))
     if out_problem:
         problems.append(f"{p}: out: {out_problem}")
@@ -192,4 +201,24 @@ def _key_problem(source: Path, field: str, load) -> list[str]:
         load()
     except KeyFileError as exc:
         return [f"{source}: {field}: {exc}"]
+    return []
+
+
+def _foreign_key_problems(loaded: LoadedPeerConfig) -> list[str]:
+    """A secret key that is not this peer's: another's own public key, or a neighbour's."""
+    cfg, where = loaded.config, loaded.source
+    assert cfg.secret_key is not None
+    try:
+        mine, _ = load_pair(loaded.resolve(cfg.secret_key))
+        own = None if cfg.public_key is None else load_public(loaded.resolve(cfg.public_key))
+        theirs = {n.id: load_public(loaded.resolve(n.public_key)) for n in cfg.neighbours if n.public_key}
+    except KeyFileError as exc:
+        return [f"{where}: {exc}"]
+    for nid, key in theirs.items():
+        if key == mine:
+            return [f"{where}: secret_key: {cfg.secret_key} is neighbour {nid}'s key pair, not peer {cfg.id}'s: "
+                    "give this peer its own keys (each folder of a plan holds the right one)"]
+    if own is not None and own != mine:
+        return [f"{where}: secret_key: {cfg.secret_key} does not pair with this peer's public_key "
+                f"{cfg.public_key}: another peer's secret key?"]
     return []

@@ -22,7 +22,8 @@ from typing import Any
 
 from p2pfed.network.lan import EmulatedLan, host_address
 from p2pfed.network.linkemu import LinkModel
-from p2pfed.peer.bundle import DEFAULT_PORT, merge_bundle, write_bundle
+from p2pfed.peer.bundle import DEFAULT_PORT, write_bundle
+from p2pfed.peer.merge import merge_bundle
 from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.contacts import contact_start_time
 from p2pfed.peer.faults import FaultDriver, Faults
@@ -73,7 +74,8 @@ def launch_emulated(loaded: RunSpec, out: Path, *, insecure: bool, loss: float =
     endpoints = [f"tcp://{host_address(i)}:{DEFAULT_PORT}" for i in range(n)]
     contacts = loaded.scenario.contacts.kind != "none"
     start_time = contact_start_time(n) if contacts or timing.shared_grid else None
-    write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing, start_time=start_time)
+    write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing, start_time=start_time,
+                 force=True)   # this launch's own bundle
     env = peer_environment()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the venv's p2pfed
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

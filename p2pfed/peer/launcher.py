@@ -8,7 +8,6 @@ processes of ``p2pfed peer`` run it. Their ``peer.json`` files are then merged i
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -30,6 +29,7 @@ from p2pfed.results.recorder import round_float
 from p2pfed.scenario.build import peer_neighbours
 from p2pfed.scenario.loader import launch_problems
 from p2pfed.scenario.spec import RunSpec
+from p2pfed.textfile import read_json
 from p2pfed.scenario.errors import ScenarioError
 
 LOOPBACK = "127.0.0.1"
@@ -159,6 +159,10 @@ def peers_runtime(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "send_failed": sum(r["send_failed"] for r in reports),
             # [round, neighbours] whenever a peer stopped waiting for neighbours at a round's deadline
             "timed_out": {str(r["id"]): r["timed_out"] for r in reports if r.get("timed_out")},
+            # the neighbours from which not one message reached a peer in the whole run
+            "never_heard": {str(r["id"]): r["never_heard"] for r in reports if r.get("never_heard")},
+            # per peer, each neighbour's clock minus its own (seconds) and the round trip it was read over
+            "clock_offsets": {str(r["id"]): r["clock_offsets"] for r in reports if r.get("clock_offsets")},
             "recovery": recovery_totals(reports)}
 
 
@@ -169,7 +173,7 @@ def collect(loaded: RunSpec, plan: Plan, out: Path, wall_time_s: float) -> dict[
         f = d / "peer.json"
         if not f.exists():
             raise RuntimeError(f"peer {i} wrote no results (see {d / 'peer.log'})")
-        reports.append(json.loads(f.read_text()))
+        reports.append(read_json(f, f"results of peer {i}", RuntimeError))
     n = len(reports)
     return write_results(out, loaded, reports, wall_time_s=wall_time_s,
                          full_model_bytes=reports[0]["full_model_bytes"],

@@ -15,7 +15,6 @@ round it resumes at (``peer/recovery.py``): what reached it after the checkpoint
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -26,16 +25,20 @@ import zmq
 
 from p2pfed.algorithms import Received
 from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
-                           full_model_bytes, load_checkpoint, save_checkpoint)
+                           full_model_bytes)
 from p2pfed.peer.build import build_peer_device, peer_energy_meter
+from p2pfed.peer.clock import CLOCK_KINDS, ClockProbe, late_start_problem
 from p2pfed.peer.config import LoadedPeerConfig
+from p2pfed.peer.identity import checkpoint_fingerprint, file_hash
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.peer.results import write_results
 from p2pfed.peer.signing import peer_signing
 from p2pfed.peer.sockets import PeerSockets
+from p2pfed.peer.state import PeerCheckpoint
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.recorder import DeviceCounters, Recorder
 from p2pfed.results.files import write_json
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import fingerprint
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.threads import apply_torch_threads
@@ -52,13 +55,15 @@ def insecure_warning(what: str) -> None:
           file=sys.stderr, flush=True)
 
 
-class Peer:
+class Peer(PeerCheckpoint):
     """One device as a process: its algorithm, its sockets, its counters and its loop."""
 
     def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False, spec: RunSpec | None = None) -> None:
         """``spec``: the peer's scenario, already loaded (else loaded from the config)."""
+        self.created_at = time.time()   # how long loading takes, said when a shared start passed meanwhile
         cfg = self.config = loaded_config.config
         self.secure = not insecure
+        self.source = loaded_config.source
         built = build_peer_device(loaded_config, spec)
         self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
         self.class_counts = built.class_counts
@@ -68,8 +73,8 @@ class Peer:
         self.out = loaded_config.resolve(cfg.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = self.out / "checkpoint.pt"
-        self.fingerprint = json.dumps({"peer": cfg.id, "scenario": json.loads(fingerprint(self.loaded))},
-                                      sort_keys=True)
+        self.fingerprint = checkpoint_fingerprint(cfg.id, fingerprint(self.loaded), cfg.run_id)
+        self.scenario_hash = None if cfg.scenario is None else file_hash(loaded_config.resolve(cfg.scenario))
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
         self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
         self.signing = peer_signing(loaded_config, secure=self.secure, sign=sc.security.sign_artifacts)
@@ -90,6 +95,7 @@ class Peer:
         self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
                                    max_bytes=sc.engine.max_message_bytes, on_reject=self._rejected)
         self.mailbox, self.outbox = self.sockets.mailbox, self.sockets.outbox
+        self.clock = ClockProbe(cfg.id, sc.engine.max_message_bytes)
 
     def _device(self, num_devices: int) -> tuple[Recorder, DeviceLoop, Intake]:
         """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
@@ -104,7 +110,8 @@ class Peer:
         intake = Intake(cfg.id, self.algo, recorder,
                         IntakeRules(sc.engine.max_message_bytes, rounds=sc.rounds,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    hold_later_rounds=True, keyring=self.signing.keyring),
+                                    hold_later_rounds=True, keyring=self.signing.keyring,
+                                    control_kinds=CLOCK_KINDS),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 
@@ -163,7 +170,10 @@ class Peer:
         if isinstance(item, ResendRequest):
             self._answer(item)
             return True
-        assert not isinstance(item, Control)   # only contact peers' intakes return these
+        if isinstance(item, Control):   # a neighbour's clock ping, or its answer to this peer's
+            for data in self.clock.take(item, time.time()):
+                self.outbox.send(self.endpoints[item.sender], data, timeout_ms=0)
+            return True
         if isinstance(item, Received) and item.round < self.next_round:   # its fusion (round item.round + 1) is past
             self.recorder.late(self.config.id)
         self._heard(item)
@@ -257,41 +267,6 @@ class Peer:
             self.poll(min(left, POLL_SLICE_S))
             self.recorder.drop_log.tick()   # a held-back summary need not wait for the next drop
 
-    # -- state ---------------------------------------------------------------------------------
-    def _save(self) -> None:
-        runtime = {"latest": {str(k): v for k, v in self.latest.items()}, "resumed_from": self.resumed_from,
-                   "send_failed": self.send_failed, "start_time": self.start_time,
-                   "recovery": asdict(self.recovery), "timed_out": self.timed_out}
-        state = {"next_round": self.next_round, "device": self.loop.state_dict(),
-                 "intake": self.intake.state_dict(), "sent_frames": self.sent_frames.state_dict(),
-                 "recorder": json.dumps(self.recorder.state_dict(), allow_nan=False),
-                 "runtime": json.dumps(runtime, allow_nan=False)}
-        if self.energy is not None:
-            state["energy"] = json.dumps(self.energy.state_dict())
-        save_checkpoint(self.checkpoint_path, "peer", self.fingerprint, state)
-        # rounds done so far, for whoever watches the run (a launcher injecting faults by round)
-        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
-
-    def _resume(self) -> None:
-        if not self.checkpoint_path.exists():
-            return
-        state = load_checkpoint(self.checkpoint_path, "peer", self.fingerprint)
-        self.next_round = int(state["next_round"])
-        self.loop.load_state_dict(state["device"])
-        self.intake.load_state_dict(state["intake"])
-        self.sent_frames.load_state_dict(state["sent_frames"])
-        self.recorder.load_state_dict(json.loads(state["recorder"]))
-        if self.energy is not None:
-            self.energy.load_state_dict(json.loads(state["energy"]))
-        runtime = json.loads(state["runtime"])
-        self.latest = {int(k): v for k, v in runtime["latest"].items()}
-        self.send_failed = runtime["send_failed"]
-        self.start_time = runtime["start_time"]
-        self.recovery = RecoveryCounters(**runtime["recovery"])
-        self.timed_out = runtime.get("timed_out", [])
-        self.resumed_from = runtime["resumed_from"] + [self.next_round]
-        log.warning("peer %d resumes from its checkpoint at round %d", self.config.id, self.next_round)
-
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Run the remaining rounds (resuming from the checkpoint if any); write results."""
@@ -300,10 +275,12 @@ class Peer:
         self.next_round_at_start = self.next_round
         if self.resumed_from:
             self._ask_to_resend()
+        for endpoint in self.endpoints.values():   # each neighbour's clock, read while they start
+            self.outbox.send(endpoint, self.clock.ping(time.time()), timeout_ms=0)
         period, paced_from = self.config.round_period_s, None
         if self.config.shared_grid:   # round r from start_time + r periods, on every peer alike
             paced_from = time.monotonic() + (self.start_time - time.time())
-            self._sleep_until(paced_from + self.next_round * period)
+            self._start_on_grid(paced_from + self.next_round * period)
         for r in range(self.next_round, sc.rounds):
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
             for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
@@ -328,15 +305,36 @@ class Peer:
                 self.energy.snapshot(r)
             self.next_round = r + 1
             self._save()
+            log.info("peer %d: round %d done at %.1f s; artifacts of it from %s", self.config.id, r,
+                     time.time() - self.start_time, sorted(n for n, last in self.latest.items() if last >= r))
+        # what neighbours shared in the last round while this peer was a round behind (after a
+        # restart) is held: taken in now, it is received as in a run without the restart
+        for item in self.intake.release(sc.rounds - 1, now=time.time()):
+            self._heard(item)
         return self.finish()
+
+    def _start_on_grid(self, at: float) -> None:
+        """Wait for this run's first round on the shared grid (monotonic ``at``), reading the
+        neighbours' clocks meanwhile; refuse a fresh start whose shared start already passed, or
+        neighbours' clocks too far off this one's (``peer/clock.py``)."""
+        period = self.config.round_period_s
+        if self.next_round == 0 and (late := late_start_problem(self.start_time, time.time(), period,
+                                                                time.time() - self.created_at, self.source)):
+            raise ScenarioError([late])
+        self._sleep_until(at)
+        for warning in self.clock.grid_warnings(sorted(self.endpoints), period, self.source):
+            log.warning(warning)
 
     def report(self) -> dict[str, Any]:
         """This peer's ``peer.json``: what the launcher merges."""
-        return {"id": self.config.id, "name": self.name, "recorder": self.recorder.state_dict(),
+        return {"id": self.config.id, "run_id": self.config.run_id, "scenario_hash": self.scenario_hash,
+                "name": self.name, "recorder": self.recorder.state_dict(),
                 "stats": self.algo.stats(), "ignored": sorted(self.ignored),
                 "resumed_from": self.resumed_from, "send_failed": self.send_failed,
                 "start_time": self.start_time, "rounds_done": self.next_round, "timed_out": self.timed_out,
                 "latest": {str(k): v for k, v in sorted(self.latest.items())},   # newest round heard per neighbour
+                "never_heard": sorted(set(self.endpoints) - self.recorder.heard_by(self.config.id)),
+                "clock_offsets": self.clock.report(),   # each neighbour's clock minus this one's
                 "recovery": asdict(self.recovery), "class_counts": self.class_counts,
                 "secure": self.secure, "full_model_bytes": self.full_model_bytes,
                 "energy": None if self.energy is None else self.energy.state_dict(),
@@ -345,10 +343,15 @@ class Peer:
 
     def finish(self) -> dict[str, Any]:
         report = self.report()
+        if report["never_heard"]:
+            log.warning("peer %d: not one message came from neighbours %s in the whole run", self.config.id,
+                        report["never_heard"])
         self.recorder.drop_log.flush()
         write_json(self.out / "peer.json", report, indent=1)
         return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
-                             runtime={"kind": "peer", "peer": self.config.id, "secure": self.secure,
+                             runtime={"kind": "peer", "peer": self.config.id, "run_id": self.config.run_id,
+                                      "secure": self.secure, "never_heard": report["never_heard"],
+                                      "clock_offsets": report["clock_offsets"],
                                       "resumed_from": self.resumed_from, "recovery": asdict(self.recovery)})
 

@@ -44,6 +44,7 @@ class DeviceCounters:
     messages_received: int = 0
     messages_dropped: int = 0
     messages_late: int = 0      # arrived after the fusion they were shared for (fused a round later)
+    messages_repeated: int = 0  # a second copy of an artifact already received (a restart's re-sent frames)
     transfers_started: int = 0
     transfers_completed: int = 0
     transfers_aborted: int = 0
@@ -107,6 +108,10 @@ class Recorder:
         else:
             self._pairs_heard.add((sender, receiver))
 
+    def heard_by(self, receiver: int) -> set[int]:
+        """The senders from which at least one message came straight to ``receiver``."""
+        return {s for s, r in self._pairs_heard if r == receiver}
+
     def late(self, dst: int) -> None:
         """A message reached ``dst`` after the fusion it was shared for: fused a round later, if at all."""
         self._counters(dst).messages_late += 1
@@ -120,6 +125,13 @@ class Recorder:
         who = "an unknown peer" if src is None else f"peer {src}"
         self.drop_log.log(logging.WARNING, reason, "peer %d dropped a message from %s: %s %s",
                           dst, who, reason, detail)
+
+    def repeated(self, dst: int, src: int | None, detail: str = "") -> None:
+        """A second copy of an artifact ``dst`` already has, refused: not a loss (nothing is
+        missing), counted apart from the drops."""
+        self._counters(dst).messages_repeated += 1
+        log.info("peer %d refused a second copy from %s: %s", dst, "an unknown peer" if src is None else f"peer {src}",
+                 detail)
 
     def transfer_started(self, src: int) -> None:
         """``src`` began putting a message on a link."""

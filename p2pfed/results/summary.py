@@ -55,6 +55,8 @@ def build_summary(config: dict[str, Any], source: str, recorder: Recorder, stats
             "messages_sent": recorder.messages_sent,
             "messages_dropped": recorder.messages_dropped,
             "messages_late": recorder.total("messages_late"),
+            # second copies of artifacts already received (real peers after a restart), not drops
+            "messages_repeated": recorder.total("messages_repeated"),
             "drop_reasons": dict(recorder.drop_reasons),
             "transfers_started": recorder.total("transfers_started"),
             "transfers_completed": recorder.total("transfers_completed"),
