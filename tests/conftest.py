@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # on it). A contact run then starts no offload helper unless the test asks for one.
 os.environ.setdefault(WORKER_THREADS_ENV, "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Where a test asks for two threads, OpenMP's idle threads sleep rather than spin: the spinning
+# takes CPU from the other test processes on this machine and changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Faults on the emulated LAN (issue 31, goal 4): a killed peer, a partition that heals, 5 % loss,
+"""Faults on the emulated LAN: a killed peer, a partition that heals, 5 % loss,
 one link 100x slower. Three peers on a complete graph, tiny models; every assertion is on what the
 results record (rounds done, who was waited for, late and dropped messages), with timing used only
 as lower bounds. Skipped, with the reason, where namespaces cannot be built."""
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from p2pfed.cli.main import main
 from p2pfed.network.lan import LanError, check_permitted, congestion_controls, namespaces_alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +60,7 @@ def _never_fused_twice(summary: dict[str, Any], rounds: int = ROUNDS) -> None:
         assert _counters(report)["messages_received"] <= 2 * rounds
 
 
+@pytest.mark.slow   # in the slow set .ci/run runs: each is three CURVE peers on the LAN for seconds
 def test_a_killed_peer_is_reported_and_the_others_finish(tmp_path):
     summary = _run(tmp_path, {"kill": [{"peer": 2, "after_round": 2}]})
     faults = summary["runtime"]["faults"]
@@ -76,6 +78,7 @@ def test_a_killed_peer_is_reported_and_the_others_finish(tmp_path):
     _never_fused_twice(summary)
 
 
+@pytest.mark.slow   # in the slow set .ci/run runs: each is three CURVE peers on the LAN for seconds
 def test_a_partition_that_heals(tmp_path):
     summary = _run(tmp_path, {"partitions": [{"groups": [[0], [1, 2]], "from_round": 1, "to_round": 3}]},
                    rounds=8)
@@ -95,6 +98,7 @@ def test_a_partition_that_heals(tmp_path):
     _never_fused_twice(summary, rounds=8)
 
 
+@pytest.mark.slow   # in the slow set .ci/run runs: each is three CURVE peers on the LAN for seconds
 def test_five_percent_loss_on_every_link_loses_no_message(tmp_path):
     summary = _run(tmp_path, None, "--loss", "0.05", "--round-timeout", "10")   # time for TCP's resends
     network = summary["runtime"]["network"]
@@ -110,6 +114,7 @@ def test_five_percent_loss_on_every_link_loses_no_message(tmp_path):
     _never_fused_twice(summary)
 
 
+@pytest.mark.slow   # in the slow set .ci/run runs: each is three CURVE peers on the LAN for seconds
 def test_one_link_a_hundred_times_slower(tmp_path):
     """Link 0-1 at 100x the latency and 1/100 the bandwidth (0.2 s, 1 Mbit/s): a model of ~150 kB
     takes over 1.4 s on it, against a round timeout of 0.5 s. Nothing is lost; the link's artifacts
@@ -130,10 +135,11 @@ def test_one_link_a_hundred_times_slower(tmp_path):
     _never_fused_twice(summary)
 
 
-def test_a_faults_file_naming_unknown_peers_is_refused(tmp_path):
+def test_a_faults_file_naming_unknown_peers_is_refused(tmp_path, capsys):
     (tmp_path / "faults.yaml").write_text("kill: [{peer: 9, after_round: 1}]\npartitions: [{groups: [[0]], "
                                           "from_round: 2, to_round: 1}]\n")
-    done = subprocess.run([sys.executable, "-m", "p2pfed.cli.main", "launch", str(SCENARIO), "--network", "emulated",
-                           "--faults", str(tmp_path / "faults.yaml"), "--out", str(tmp_path / "run"),
-                           *[a for o in THREE for a in ("--set", o)]], capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "faults.yaml: partitions.0.groups" in done.stderr, done.stderr[-2000:]
+    code = main(["launch", str(SCENARIO), "--network", "emulated", "--faults", str(tmp_path / "faults.yaml"),
+                 "--out", str(tmp_path / "run"), *[a for o in THREE for a in ("--set", o)]])
+    err = capsys.readouterr().err
+    assert code != 0 and "faults.yaml: partitions.0.groups" in err, err[-2000:]
+    assert not (tmp_path / "run" / "network").exists()   # refused before a namespace was built

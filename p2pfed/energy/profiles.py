@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+from p2pfed.yamltext import load_yaml
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def read_profile_file(path: Path, num_devices: int) -> list[DeviceProfile]:
     ``battery_j`` optional. Every device must appear once. Raises ValueError, one line a problem."""
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
-        loaded = yaml.safe_load(path.read_text())
+        loaded = load_yaml(path.read_text())
         rows: list[dict[str, Any]] = loaded if isinstance(loaded, list) else []
         if not isinstance(loaded, list) or not all(isinstance(r, dict) for r in loaded):
             raise ValueError(f"{path}: expected a list of mappings (device, profile or flops_per_s and "

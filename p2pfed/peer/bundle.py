@@ -45,6 +45,7 @@ from p2pfed.scenario.loader import FILE_FIELDS, dump, launch_problems
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.textfile import read_text
+from p2pfed.yamltext import load_yaml
 
 DEFAULT_PORT = 5555
 PLAN_FILE = "plan.json"
@@ -60,7 +61,7 @@ def read_hosts(path: Path, devices: int) -> list[str]:
 
     Raises ScenarioError with one 'file: field: problem' line per problem."""
     try:
-        raw = yaml.safe_load(read_text(path, "hosts file", ScenarioError))
+        raw = load_yaml(read_text(path, "hosts file", ScenarioError))
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{path}: not YAML: {exc}"]) from None
     hosts = raw.get("hosts") if isinstance(raw, dict) else None

@@ -32,6 +32,7 @@ from p2pfed.network.lan import EmulatedLan
 from p2pfed.network.linkemu import LinkModel
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.textfile import read_text
+from p2pfed.yamltext import load_yaml
 
 
 class _Section(BaseModel):
@@ -91,7 +92,7 @@ class Faults(_Section):
 def load_faults(path: Path, peers: int) -> Faults:
     """The faults file, checked; ScenarioError with one 'file: field: problem' line per problem."""
     try:
-        raw = yaml.safe_load(read_text(path, "faults file", ScenarioError)) or {}
+        raw = load_yaml(read_text(path, "faults file", ScenarioError)) or {}
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{path}: not YAML: {exc}"]) from None
     try:

@@ -26,6 +26,7 @@ from p2pfed.scenario.schema import ATTACK_KINDS, AlgorithmSection, Scenario
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.swap import Swap, swap_method
 from p2pfed.textfile import read_text
+from p2pfed.yamltext import load_yaml
 
 DEFAULT_SCENARIO = "quickstart.yaml"
 
@@ -135,7 +136,7 @@ def read_yaml_file(path: Path, what: str) -> dict[str, Any]:
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -155,7 +156,7 @@ def apply_override(raw: dict[str, Any], item: str, source: str) -> list[str]:
     if not sep or not key.strip():
         raise ScenarioError([f"--set {item!r}: expected key.sub=value"])
     try:
-        parsed = yaml.safe_load(value)
+        parsed = load_yaml(value)
     except yaml.YAMLError:
         parsed = value
     return set_value(raw, key.strip(), parsed, source)

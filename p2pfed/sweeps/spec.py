@@ -20,6 +20,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.plugins import is_plugin_name
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import describe_error, method_class
+from p2pfed.yamltext import load_yaml
 
 RESERVED_KEYS = {"seed": "seeds", "algorithm.name": "methods"}
 
@@ -168,7 +169,7 @@ def _command_line(raw: dict[str, Any], overrides: Sequence[str], seeds: Sequence
             if not isinstance(raw.get("set"), dict):
                 raw["set"] = {}
             try:
-                raw["set"][key] = yaml.safe_load(value)
+                raw["set"][key] = load_yaml(value)
             except yaml.YAMLError:
                 raw["set"][key] = value
     if seeds is not None:
@@ -189,7 +190,7 @@ def _absolute(name: Any, folder: Path) -> Any:
 
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
