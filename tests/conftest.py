@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Where a test asks for two threads, OpenMP's idle threads sleep rather than spin: the spinning
 # takes CPU from the other test processes on this machine and changes no result.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The test processes keep compiled bytecode even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): each pytest-xdist worker and each process a test starts would
+# otherwise compile p2pfed, and rewrite every test module's asserts, anew.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from p2pfed.cli.main import main
 from p2pfed.network.lan import EmulatedLan, LanError, congestion_controls, namespaces_alive
 from p2pfed.network.linkemu import LinkModel, LinkScheduler, ipv4_addresses
 
@@ -193,7 +194,6 @@ def test_without_permission_the_launch_refuses_in_one_line():
     assert len(line) == 1 and "needs root (CAP_NET_ADMIN" in line[0], done.stderr[-2000:]
 
 
-def test_loss_and_jitter_need_the_emulated_network(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "p2pfed.cli.main", "launch", str(SCENARIO), "--loss", "0.05",
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and "add --network emulated" in done.stderr
+def test_loss_and_jitter_need_the_emulated_network(tmp_path, capsys):
+    code = main(["launch", str(SCENARIO), "--loss", "0.05", "--out", str(tmp_path / "run")])
+    assert code == 2 and "add --network emulated" in capsys.readouterr().err

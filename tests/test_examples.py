@@ -26,6 +26,8 @@ CONTACTS = ["contacts.kind=static", "contacts.duration_s=900", "asynchronous.tra
             "asynchronous.train_jitter_s=30", "evaluation.every_s=300"]
 USER_MODEL = [f"model.name={MODEL}", "model.options={hidden: 16, dropout: 0.3}"]
 LEARNS = ["dataset.synthetic.samples_per_class=24", "training.epochs=3", "training.lr=0.2", "rounds=4"]
+# one device at a time on one thread, as each real peer computes
+ONE_AT_A_TIME = ["engine.batched_training=false", "engine.torch_threads=1"]
 
 
 def _sets(items: list[str]) -> list[str]:
@@ -48,15 +50,23 @@ def test_the_example_method_keeps_the_contract():
     check_algorithm(LossWeightedGossip)
 
 
-def test_the_example_method_runs_synchronously_over_contacts_and_as_three_real_peers(tmp_path):
-    """Its mechanism fires (devices weigh their own model below 1 once peers arrive), and the
-    real peers give the simulation's numbers."""
-    sim = run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"]), tmp_path / "sim", progress=False)
+def _example_simulated(tmp_path):
+    return run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}"]), tmp_path / "sim", progress=False)
+
+
+def test_the_example_method_runs_synchronously_and_over_contacts(tmp_path):
+    """Its mechanism fires (devices weigh their own model below 1 once peers arrive)."""
+    sim = _example_simulated(tmp_path)
     assert 0 < sim["algorithm_stats"]["own_weight"] < 1
     assert sim["code"]["user_code"][METHOD]["path"] == str(ROOT / "examples" / "loss_weighted_gossip.py")
     contacts = run_scenario(load_scenario(SCENARIO, [*TINY, f"algorithm.name={METHOD}", *CONTACTS]),
                             tmp_path / "contacts", progress=False)
     assert contacts["comm"]["messages_sent"] > 0 and 0 < contacts["algorithm_stats"]["own_weight"] < 1
+
+
+@pytest.mark.slow   # three peer processes; in the slow set .ci/run runs
+def test_the_example_method_runs_as_three_real_peers_with_the_simulations_numbers(tmp_path):
+    sim = _example_simulated(tmp_path)
     code = main(["launch", str(SCENARIO), "--algorithm", METHOD, "--out", str(tmp_path / "peers"),
                  "--round-timeout", "20", *_sets(TINY)])
     assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
@@ -67,13 +77,12 @@ def test_the_example_method_runs_synchronously_over_contacts_and_as_three_real_p
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
 
 
-# gossip-avg's run is in the slow set that .ci/run also runs (the default suite stays under 10 minutes)
+# gossip-avg's runs are in the slow set that .ci/run also runs
 @pytest.mark.parametrize("method", [pytest.param("gossip-avg", marks=pytest.mark.slow), "ditto"])
-def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, method):
+def test_a_model_of_the_users_own_runs_reproducibly_in_every_simulated_runtime(tmp_path, method):
     """An MLP with dropout: the batched simulation trains it one device at a time (dropout cannot
     run under vmap) instead of crashing; two runs from one seed give the same numbers in each
-    runtime; and three real peers give exactly what the simulator gives one device at a time on
-    one thread, as each peer computes."""
+    runtime, and one device at a time on one thread (as each real peer computes) gives the same."""
     base = [*TINY, *LEARNS, f"algorithm.name={method}", *USER_MODEL]
     for label, extra in (("sync", []), ("contacts", CONTACTS)):
         for i in (1, 2):
@@ -83,13 +92,19 @@ def test_a_model_of_the_users_own_runs_reproducibly_in_every_runtime(tmp_path, m
     assert f1[-1] > f1[0] + 0.2, f1                  # it learns
     run_scenario(load_scenario(SCENARIO, [*base, "seed=4"]), tmp_path / "seed4", progress=False)
     assert _f1(tmp_path / "seed4") != _f1(tmp_path / "sync1")   # the dropout draws follow the seed
-    alone = [*base, "engine.batched_training=false", "engine.torch_threads=1"]
-    run_scenario(load_scenario(SCENARIO, alone), tmp_path / "alone", progress=False)
+    run_scenario(load_scenario(SCENARIO, [*base, *ONE_AT_A_TIME]), tmp_path / "alone", progress=False)
+    assert _f1(tmp_path / "alone") == _f1(tmp_path / "sync1")   # batching changes nothing for it
+
+
+@pytest.mark.slow   # three peer processes each; in the slow set .ci/run runs
+@pytest.mark.parametrize("method", ["gossip-avg", "ditto"])
+def test_a_model_of_the_users_own_gives_the_simulators_numbers_as_three_real_peers(tmp_path, method):
+    base = [*TINY, *LEARNS, f"algorithm.name={method}", *USER_MODEL]
+    run_scenario(load_scenario(SCENARIO, [*base, *ONE_AT_A_TIME]), tmp_path / "alone", progress=False)
     code = main(["launch", str(SCENARIO), "--out", str(tmp_path / "peers"), "--insecure", "--round-timeout", "20",
                  *_sets(base)])
     assert code == 0, (tmp_path / "peers" / "peers" / "peer-0" / "peer.log").read_text()[-2000:]
     assert _f1(tmp_path / "peers") == _f1(tmp_path / "alone")
-    assert _f1(tmp_path / "alone") == _f1(tmp_path / "sync1")   # batching changes nothing for it
 
 
 @pytest.mark.parametrize("method", ["fedsub", "safl", "fedpews"])

@@ -51,6 +51,7 @@ def namespaces() -> Iterator[tuple[list[str], list[str], bool]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
 
 
+@pytest.mark.slow   # two peer processes; in the slow set .ci/run runs
 def test_two_peers_in_separate_namespaces_over_veth(tmp_path, namespaces):
     names, addrs, netem = namespaces
     configs = write_peer_files(tmp_path, n=2)

@@ -31,6 +31,7 @@ def _plan(tmp_path: Path, capsys, hosts: list, *extra: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow   # three peer processes from their start scripts; in the slow set .ci/run runs
 def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_a_simulation(tmp_path, capsys):
     """Run with another method than the scenario file's, whose swap the merged results say too."""
     ports = free_ports(3)

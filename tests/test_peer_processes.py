@@ -65,13 +65,9 @@ def _next_round(checkpoint: Path) -> int:
         return -1
 
 
-def _killed_peer_case(method: str):
-    """Ditto (a personal model beside the shared one) stays in the default suite; every other
-    method is the same check, marked slow (each spawns three torch processes twice over)."""
-    return method if method == "ditto" else pytest.param(method, marks=pytest.mark.slow)
-
-
-KILLED_PEER_METHODS = [_killed_peer_case(m) for m in sorted(ALGORITHMS)]
+# Every method's kill and resume spawns three torch processes twice over: in the slow set .ci/run
+# runs (the default suite keeps launch's peers giving the simulation's numbers).
+KILLED_PEER_METHODS = [pytest.param(m, marks=pytest.mark.slow) for m in sorted(ALGORITHMS)]
 
 # A real peer stamps ``sent_at`` in epoch seconds, the simulator in simulated seconds: the JSON
 # header of each message can differ by a few bytes, which is all of a 1 % margin for methods
