@@ -25,7 +25,8 @@ import pandas as pd
 from p2pfed.engine.runner import Simulated, simulate, write_results
 from p2pfed.results.callbacks import Callback
 from p2pfed.results.compare import comparison_row
-from p2pfed.results.files import DEVICE_COLUMNS, DEVICE_PROTOCOL_COLUMNS, ROUND_COLUMNS, device_rows, folder_label
+from p2pfed.results.files import (DEVICE_COLUMNS, DEVICE_OCCASIONAL_COUNTERS, DEVICE_PROTOCOL_COLUMNS, ROUND_COLUMNS,
+                                  device_rows, folder_label)
 from p2pfed.scenario.loader import load_mapping, load_scenario
 from p2pfed.scenario.spec import RunSpec
 
@@ -140,7 +141,8 @@ def _run_of(done: Simulated, out: Path | None) -> Run:
     rounds = pd.DataFrame(done.recorder.rows)
     columns = [c for c in ROUND_COLUMNS if c in rounds] + [c for c in rounds if c not in ROUND_COLUMNS]
     device_table = device_rows(done.recorder, done.names)
-    devices = pd.DataFrame(device_table, columns=DEVICE_COLUMNS + [c for c in DEVICE_PROTOCOL_COLUMNS
+    optional = DEVICE_PROTOCOL_COLUMNS + DEVICE_OCCASIONAL_COUNTERS
+    devices = pd.DataFrame(device_table, columns=DEVICE_COLUMNS + [c for c in optional
                                                                    if any(c in d for d in device_table)])
     return Run(done.summary, rounds[columns] if len(rounds) else rounds, devices, out)
 

@@ -28,6 +28,9 @@ DEVICE_COLUMNS = ["device", "name", "f1_macro", "loss", "accuracy", "f1_present"
                   "transfers_completed", "transfers_aborted", "bytes_wasted"]
 # devices.csv's last macro-F1 of each device under each protocol scored
 DEVICE_PROTOCOL_COLUMNS = [f"f1_{p.replace('-', '_')}" for p in PROTOCOLS]
+# counters only real peers can move (second copies re-sent after a restart): in devices.csv where
+# some device's is not zero, so a simulation's files keep their columns
+DEVICE_OCCASIONAL_COUNTERS = ["messages_repeated"]
 
 
 def folder_label(method: str) -> str:
@@ -94,6 +97,10 @@ def device_rows(recorder: Recorder, names: list[str]) -> list[dict[str, Any]]:
                      "f1_present": round_float(evaluation.f1_present),
                      **{column: round_float(last[i].f1_macro) for column, last in under.items() if last is not None},
                      **vars(counters)})
+    for column in DEVICE_OCCASIONAL_COUNTERS:
+        if not any(row[column] for row in rows):
+            for row in rows:
+                del row[column]
     return rows
 
 
