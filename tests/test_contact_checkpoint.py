@@ -100,6 +100,7 @@ def test_checkpoints_over_contacts_need_windows_that_close_at_evaluations(tmp_pa
         run_scenario(loaded, None, progress=False, checkpointing=Checkpointing(tmp_path / "c.ckpt"))
 
 
+@pytest.mark.slow   # a run process killed, and two whole runs; in the slow set .ci/run runs
 def test_a_contact_run_killed_mid_way_resumes_from_its_checkpoint_on_the_command_line(tmp_path):
     """SIGKILL ``p2pfed run`` over contacts once its first checkpoint is written; ``--resume``
     finishes it with the files of an uninterrupted run."""

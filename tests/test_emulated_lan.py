@@ -162,6 +162,7 @@ def test_curve_peers_connect_and_deliver_over_links_of_one_second(tmp_path, perm
     assert namespaces_alive(json.loads((out / "network" / "lan.json").read_text())["namespaces"]) == []
 
 
+@pytest.mark.slow   # a launcher and its peers in namespaces; in the slow set .ci/run runs
 def test_a_sigkilled_launcher_leaves_no_namespace_or_process(tmp_path, permitted):
     out = tmp_path / "run"
     launcher = subprocess.Popen(_launch(out, "--insecure"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -234,6 +234,7 @@ def test_pack_refuses_a_cell_it_could_not_give_back(two_worker_sweep, tmp_path, 
     assert len(list((copy / "cells").iterdir())) == 8 and not (copy / "cells.jsonl").exists()
 
 
+@pytest.mark.slow   # a second sweep on a Dask worker; in the slow set .ci/run runs
 def test_resume_into_a_packed_sweep_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
     from p2pfed.sweeps.archive import pack
 
