@@ -96,7 +96,8 @@ def source_table(source: dict[str, Any]) -> pd.DataFrame:
 
 
 def paired_sd(source: dict[str, Any]) -> float:
-    """The largest standard deviation, over the source's pairs, of the seed-paired differences."""
+    """The largest standard deviation, over the source's pairs, of the seed-paired differences,
+    times the source's ``scale`` (1 unless it says; sqrt(2) for a difference of two differences)."""
     table = _select(source_table(source), source.get("where", {}))
     column = source["column"]
     sds = []
@@ -109,7 +110,7 @@ def paired_sd(source: dict[str, Any]) -> float:
         if len(diff) < 3:
             raise ValueError(f"{source['file']}: {pair} pairs {len(diff)} seeds; at least 3 needed")
         sds.append(float(diff.std(ddof=1)))
-    return max(sds)
+    return max(sds) * float(source.get("scale", 1.0))
 
 
 def power_superiority(n: int, d: float, alpha: float) -> float:
@@ -160,10 +161,10 @@ def design_n(design: dict[str, Any]) -> int:
 
 def report(path: Path, design: dict[str, Any]) -> str:
     lines = [f"{path}: n = {design_n(design)} (declared {design['power'].get('n')})",
-             "  hypothesis  kind         variance            sd       effect   alpha     n"]
+             "  hypothesis             kind         variance        sd        effect    alpha      n"]
     for need in needs(design):
-        lines.append(f"  {need.hypothesis:<11} {need.kind:<12} {need.variance:<19} {need.sd:<8.4f} "
-                     f"{need.effect:<8.4g} {need.alpha:<9.2e} {need.n}")
+        lines.append(f"  {need.hypothesis:<22} {need.kind:<12} {need.variance:<15} {need.sd:<9.4f} "
+                     f"{need.effect:<9.4g} {need.alpha:<10.2e} {need.n}")
     return "\n".join(lines)
 
 
