@@ -97,7 +97,9 @@ def source_table(source: dict[str, Any]) -> pd.DataFrame:
 
 def paired_sd(source: dict[str, Any]) -> float:
     """The largest standard deviation, over the source's pairs, of the seed-paired differences,
-    times the source's ``scale`` (1 unless it says; sqrt(2) for a difference of two differences)."""
+    times the source's ``scale`` (1 unless it says; sqrt(2) for a difference of two differences).
+    With ``sd_bound: c`` each pair's SD is replaced by its one-sided upper confidence bound at
+    level c (chi-square), for a spread measured on few seeds."""
     table = _select(source_table(source), source.get("where", {}))
     column = source["column"]
     sds = []
@@ -109,7 +111,11 @@ def paired_sd(source: dict[str, Any]) -> float:
         diff = (a - b).dropna()
         if len(diff) < 3:
             raise ValueError(f"{source['file']}: {pair} pairs {len(diff)} seeds; at least 3 needed")
-        sds.append(float(diff.std(ddof=1)))
+        sd = float(diff.std(ddof=1))
+        if "sd_bound" in source:
+            df = len(diff) - 1
+            sd *= math.sqrt(df / stats.chi2.ppf(1 - float(source["sd_bound"]), df))
+        sds.append(sd)
     return max(sds) * float(source.get("scale", 1.0))
 
 
