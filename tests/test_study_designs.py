@@ -132,6 +132,19 @@ def test_declared_n_is_the_one_the_script_computes(path: Path) -> None:
     assert computed >= 10
 
 
+def test_committed_pages_are_the_generated_ones() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("study_pages", ROOT / "bench" / "study_pages.py")
+        assert spec is not None and spec.loader is not None
+        pages = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pages)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    stale = [path.name for path, text in pages.pages().items() if not path.is_file() or path.read_text() != text]
+    assert not stale, f"run python bench/study_pages.py: {stale}"
+
+
 def test_power_script_detects_a_wrong_n(tmp_path: Path) -> None:
     design = _read(STUDIES / "fedpews-convergence.yaml")
     design["power"]["n"] += 1
