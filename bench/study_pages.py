@@ -55,6 +55,24 @@ def _hypotheses(design: dict[str, Any], quoted: dict[str, dict[str, Any]]) -> li
     return lines
 
 
+DECLARED = ("depth", "targets", "target", "convergence", "best_configuration")
+
+
+def _declarations(design: dict[str, Any]) -> list[str]:
+    """The design's other declarations (depth, targets, convergence rule, best configuration)."""
+    out = []
+    for key in (k for k in DECLARED if k in design):
+        out += ["", f"## {key.replace('_', ' ').capitalize()}", ""]
+        value = design[key]
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        for name, item in items:
+            if isinstance(item, list):
+                out += [f"- {name}: \"{_cell(q['quote'])}\" ({q['where']})" for q in item]
+            else:
+                out.append(f"- {name + ': ' if name else ''}{_cell(item)}")
+    return out
+
+
 def design_page(path: Path) -> str:
     design = study_power.load(path)
     quoted = {c["id"]: c for c in claims()["claims"]}
@@ -73,6 +91,7 @@ def design_page(path: Path) -> str:
     if design.get("to_add"):
         out += ["", "## To add before the run", ""]
         out += [f"- `{t['name']}` ({t['kind']}): {t['paper']}. Read: {t['read']}." for t in design["to_add"]]
+    out += _declarations(design)
     out += ["", "## Departures from the paper, declared", ""] + [f"- {d}" for d in design.get("departures", [])]
     out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]
     out += [f"- `{k}`: {v}." for k, v in design["metrics"].get("secondary", {}).items()]
@@ -82,7 +101,7 @@ def design_page(path: Path) -> str:
     out += ["", "## Effect sizes and margins", ""]
     out += [f"- {k}: {v}" for k, v in design.get("effect_sizes", {}).items()]
     out += ["", "## Seeds from a power analysis", "",
-            f"n = **{plan['n']}** seeds (at least {plan['min_seeds']}); power {plan['power']}; "
+            f"n = **{plan['n']}** seeds, seeds 1 to {plan['n']} (at least {plan['min_seeds']}); power {plan['power']}; "
             f"alpha per test: {plan['alpha']}; {plan['method']}. Variance sources (the SD of the "
             "seed-paired differences, the largest over the pairs):", ""]
     for name, source in plan["variance"].items():

@@ -168,12 +168,19 @@ def test_claims_table_rows_are_decided_or_say_why_not() -> None:
     assert {c["paper"] for c in out_of_reach} == {"fedsub-journal", "fedsub-ubiquitous"}
 
 
+def _quotes() -> list[tuple[str, str, str]]:
+    """(where, paper, quote) of every claim and of the FedSub design's depth definition."""
+    out = [(c["id"], c["paper"], c["quote"]) for c in _claims().values()]
+    depth = _read(STUDIES / "fedsub-as-papers.yaml")["depth"]["definition"]
+    return out + [(d["where"], d["where"].split()[0], d["quote"]) for d in depth]
+
+
 @pytest.mark.skipif(not PAPERS.is_dir(), reason="the papers' texts are not on this machine")
 def test_every_quote_is_in_its_paper() -> None:
-    for claim in _claims().values():
-        text = (PAPERS / f"{claim['paper']}.txt").read_text()
+    for where, paper, quote in _quotes():
+        text = (PAPERS / f"{paper}.txt").read_text()
         at = 0
-        for fragment in claim["quote"].split(" … "):
+        for fragment in quote.split(" … "):
             found = text.find(fragment, at)
-            assert found >= 0, f"{claim['id']}: not in {claim['paper']}: {fragment[:60]!r}"
+            assert found >= 0, f"{where}: not in {paper}: {fragment[:60]!r}"
             at = found + len(fragment)
