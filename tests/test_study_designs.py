@@ -52,9 +52,8 @@ def _arm_terms(text: str) -> list[str]:
     return [part.strip() for part in str(text).split(" - ")]
 
 
-def test_there_are_the_four_designs() -> None:
-    assert {p.stem for p in DESIGNS} == {"fedsub-as-papers", "safl-as-paper", "fedali-converged",
-                                          "fedpews-convergence"}
+def test_the_four_seed_paper_designs_exist() -> None:
+    assert {"fedsub-as-papers", "safl-as-paper", "fedali-converged", "fedpews-convergence"} <= {p.stem for p in DESIGNS}
 
 
 @pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
