@@ -1,0 +1,157 @@
+"""The human-readable pages of the study designs and of the claims table, from their YAML files.
+
+Writes ``studies/<study>.md`` for each design and ``studies/claims.md``; ``--check`` writes
+nothing and exits 1 when a committed page differs from what its YAML gives.
+
+    python bench/study_pages.py
+    python bench/study_pages.py --check
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import study_power
+
+from p2pfed.scenario.fields import yaml_text
+
+STUDIES = study_power.ROOT / "studies"
+
+
+def designs() -> list[Path]:
+    return sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+
+
+def claims() -> dict[str, Any]:
+    return study_power.load(STUDIES / "claims.yaml")
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _test(h: dict[str, Any]) -> str:
+    if h["kind"] == "equivalence":
+        return f"TOST, margin ±{h['margin']}"
+    if h["kind"] == "superiority":
+        return f"{h['a']} > {h['b']}, delta {h['delta']}"
+    return "described, no test"
+
+
+def _hypotheses(design: dict[str, Any], quoted: dict[str, dict[str, Any]]) -> list[str]:
+    seeds = {need.hypothesis: need for need in study_power.needs(design)}
+    lines = ["| id | claim (quoted) | scenario | test | metric | sd used | n for it |",
+             "|---|---|---|---|---|---|---|"]
+    for h in design["hypotheses"]:
+        claim = quoted[h["claim"]]
+        need = seeds.get(h["id"])
+        sd, n = (f"{need.sd:.4g} ({need.variance})", str(need.n)) if need else ("–", "–")
+        test = _test(h) if h["kind"] != "equivalence" else f"{h['a']} ≈ {h['b']}, {_test(h)}"
+        lines.append(f"| {h['id']} | \"{_cell(claim['quote'])}\" ({claim['where']}) | {h.get('scenario', 'all')} "
+                     f"| {_cell(test)} | {h['metric']} | {sd} | {n} |")
+    return lines
+
+
+DECLARED = ("depth", "targets", "target", "convergence", "best_configuration")
+
+
+def _declarations(design: dict[str, Any]) -> list[str]:
+    """The design's other declarations (depth, targets, convergence rule, best configuration)."""
+    out = []
+    for key in (k for k in DECLARED if k in design):
+        out += ["", f"## {key.replace('_', ' ').capitalize()}", ""]
+        value = design[key]
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        for name, item in items:
+            if isinstance(item, list):
+                out += [f"- {name}: \"{_cell(q['quote'])}\" ({q['where']})" for q in item]
+            else:
+                out.append(f"- {name + ': ' if name else ''}{_cell(item)}")
+    return out
+
+
+def design_page(path: Path) -> str:
+    design = study_power.load(path)
+    quoted = {c["id"]: c for c in claims()["claims"]}
+    plan = design["power"]
+    out = [f"# Study design: {design['study']}", "",
+           f"Status: **{design['status']}** (no run yet). Generated from `studies/{path.name}` by "
+           "`python bench/study_pages.py`; the YAML is the declaration.", "",
+           design["one_commit"], "", "## Scenarios and settings", ""]
+    out += [f"- `{name}`: `{file}`" for name, file in design["scenarios"].items()]
+    out += ["", "| setting | value |", "|---|---|"]
+    out += [f"| `{k}` | `{_cell(yaml_text(v))}` |" for k, v in design["settings"].items()]
+    out += ["", "## Arms", "", "| arm | method | settings |", "|---|---|---|"]
+    for arm, spec in design["arms"].items():
+        sets = ", ".join(f"`{k}: {yaml_text(v)}`" for k, v in spec.get("set", {}).items()) or "–"
+        out.append(f"| {arm} | `{spec['method']}` | {sets} |")
+    if design.get("to_add"):
+        out += ["", "## To add before the run", ""]
+        out += [f"- `{t['name']}` ({t['kind']}): {t['paper']}. Read: {t['read']}." for t in design["to_add"]]
+    out += _declarations(design)
+    out += ["", "## Departures from the paper, declared", ""] + [f"- {d}" for d in design.get("departures", [])]
+    out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]
+    out += [f"- `{k}`: {v}." for k, v in design["metrics"].get("secondary", {}).items()]
+    out += ["", "## Hypotheses: one Benjamini–Hochberg family", "",
+            f"Every hypothesis but the descriptive ones is one family, q = {design['family']['q']}.", ""]
+    out += _hypotheses(design, quoted)
+    out += ["", "## Effect sizes and margins", ""]
+    out += [f"- {k}: {v}" for k, v in design.get("effect_sizes", {}).items()]
+    out += ["", "## Seeds from a power analysis", "",
+            f"n = **{plan['n']}** seeds, seeds 1 to {plan['n']} (at least {plan['min_seeds']}); power {plan['power']}; "
+            f"alpha per test: {plan['alpha']}; {plan['method']}. Variance sources (the SD of the "
+            "seed-paired differences, the largest over the pairs):", ""]
+    for name, source in plan["variance"].items():
+        pairs = "; ".join(f"{yaml_text(p['a'])} − {yaml_text(p['b'])}" for p in source["pairs"])
+        extra = f", target {source['target']}" if "target" in source else ""
+        out.append(f"- `{name}`: `{source['file']}`, column `{source['column']}`{extra}, "
+                   f"rows {yaml_text(source.get('where', 'all'))}: {pairs}")
+    out += [f"- {note}" for note in plan.get("variance_notes", [])]
+    out += ["", f"Reproduce: `python bench/study_power.py --check studies/{path.name}`", ""]
+    return "\n".join(out)
+
+
+def claims_page() -> str:
+    table = claims()
+    out = ["# Claims table: every headline claim of the five seed papers", "",
+           "Generated from `studies/claims.yaml` by `python bench/study_pages.py`. Declared before any run: "
+           "no claim has a result yet. Each quote is exactly as the paper's text gives it (\" … \" joins "
+           "fragments where the text extraction broke a symbol).", "",
+           "| paper | where | claim | status | decided by |", "|---|---|---|---|---|"]
+    for c in table["claims"]:
+        decided = c.get("decided_by")
+        by = f"[{decided['study']}]({decided['study']}.md): {', '.join(decided['hypotheses'])}" if decided else "–"
+        note = f" ({_cell(c['note'])})" if "note" in c else ""
+        out.append(f"| {c['paper']} | {c['where']} | \"{_cell(c['quote'])}\" | {_cell(c['status'])}{note} | {by} |")
+    out += ["", "Papers:", ""] + [f"- `{k}`: {v}" for k, v in table["papers"].items()] + [""]
+    return "\n".join(out)
+
+
+def pages() -> dict[Path, str]:
+    out = {STUDIES / f"{p.stem}.md": design_page(p) for p in designs()}
+    out[STUDIES / "claims.md"] = claims_page()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in pages().items():
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale pages (run python bench/study_pages.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

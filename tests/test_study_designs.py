@@ -1,0 +1,185 @@
+"""The study designs in studies/: each parses, names only scenario fields and methods that exist
+(or lists them as still to add, with their paper), every arm validates as a scenario, every
+hypothesis maps to a quoted claim, and each design's n is what bench/study_power.py computes
+from the committed results. No simulation runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from p2pfed.algorithms import ALGORITHMS
+from p2pfed.scenario.fields import METHODS_PREFIX, scenario_fields
+from p2pfed.scenario.loader import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDIES = ROOT / "studies"
+DESIGNS = sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+KINDS = {"superiority", "equivalence", "descriptive"}
+PAPERS = Path(os.environ.get("P2PFED_PAPERS", "/work/shared/papers"))
+
+
+def _power_module() -> Any:
+    spec = importlib.util.spec_from_file_location("study_power", ROOT / "bench" / "study_power.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["study_power"] = module          # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read(path: Path) -> dict[str, Any]:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def _claims() -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in _read(STUDIES / "claims.yaml")["claims"]}
+
+
+def _to_add(design: dict[str, Any], kind: str) -> set[str]:
+    return {t["name"] for t in design.get("to_add", []) if (t["kind"] == "method") == (kind == "method")}
+
+
+def _arm_terms(text: str) -> list[str]:
+    """The arms a hypothesis side names: one arm, or ``x - y`` (a difference of two arms)."""
+    return [part.strip() for part in str(text).split(" - ")]
+
+
+def test_the_four_seed_paper_designs_exist() -> None:
+    assert {"fedsub-as-papers", "safl-as-paper", "fedali-converged", "fedpews-convergence"} <= {p.stem for p in DESIGNS}
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_design_names_only_existing_fields_and_methods(path: Path) -> None:
+    design = _read(path)
+    fields = scenario_fields()
+    added_methods, added_fields = _to_add(design, "method"), _to_add(design, "field")
+    names = list(design["settings"]) + [k for arm in design["arms"].values() for k in arm.get("set", {})]
+    unknown = [n for n in names if n not in fields]
+    assert not unknown, f"{path.name}: not scenario fields: {unknown}"
+    for arm, spec in design["arms"].items():
+        assert spec["method"] in ALGORITHMS or spec["method"] in added_methods, f"{path.name}: {arm}"
+    for entry in design.get("to_add", []):
+        assert entry["paper"] and entry["read"], f"{path.name}: {entry['name']} needs its paper and what was read"
+    assert not added_methods & set(ALGORITHMS), "a method to add exists now: move it out of to_add"
+    assert not {f for f in added_fields if f in fields}, "a field to add exists now: move it out of to_add"
+
+
+def _arm_values(design: dict[str, Any], method: str, arm_set: dict[str, Any]) -> dict[str, Any]:
+    """The arm's settings as a scenario's keys: the method's own options lose the method's name,
+    other methods' options are dropped."""
+    values: dict[str, Any] = {"algorithm.name": method}
+    for key, value in {**design["settings"], **arm_set}.items():
+        head, _, rest = key.partition(".")
+        if head == METHODS_PREFIX and rest != "name":
+            owner, _, option = rest.partition(".")
+            if owner == method:
+                values[f"{METHODS_PREFIX}.{option}"] = value
+            continue
+        values[key] = value
+    return values
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_every_runnable_arm_validates_in_every_scenario(path: Path) -> None:
+    design = _read(path)
+    for scenario in design["scenarios"].values():
+        for arm, spec in design["arms"].items():
+            if spec["method"] not in ALGORITHMS:
+                continue
+            values = _arm_values(design, spec["method"], spec.get("set", {}))
+            try:
+                load_scenario(ROOT / scenario, values=values)
+            except Exception as err:  # noqa: BLE001 - the message names the arm at fault
+                pytest.fail(f"{path.name}: arm {arm} in {scenario}: {err}")
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_hypotheses_map_to_arms_claims_and_variance(path: Path) -> None:
+    design = _read(path)
+    claims = _claims()
+    ids = [h["id"] for h in design["hypotheses"]]
+    assert len(ids) == len(set(ids)), f"{path.name}: hypothesis ids repeat"
+    for h in design["hypotheses"]:
+        assert h["kind"] in KINDS, h
+        assert h["claim"] in claims, f"{path.name}: {h['id']} names no claim of studies/claims.yaml"
+        assert path.stem in str(claims[h["claim"]].get("decided_by", {}).get("study")), h["id"]
+        if h["kind"] == "descriptive":
+            assert h.get("in_family") is False and all(a in design["arms"] for a in h["arms"])
+            continue
+        assert h["scenario"] in design["scenarios"], h["id"]
+        for side in ("a", "b"):
+            assert all(t in design["arms"] for t in _arm_terms(h[side])), f"{h['id']}: {h[side]}"
+        assert ("margin" if h["kind"] == "equivalence" else "delta") in h, h["id"]
+        assert h["variance"] in design["power"]["variance"], h["id"]
+    assert design["family"]["correction"] == "benjamini-hochberg"
+    assert "one commit" in design["one_commit"]
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_declared_n_is_the_one_the_script_computes(path: Path) -> None:
+    design = _read(path)
+    computed = _power_module().design_n(design)
+    assert design["power"]["n"] == computed
+    assert computed >= 10
+
+
+def test_committed_pages_are_the_generated_ones() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("study_pages", ROOT / "bench" / "study_pages.py")
+        assert spec is not None and spec.loader is not None
+        pages = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pages)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    stale = [path.name for path, text in pages.pages().items() if not path.is_file() or path.read_text() != text]
+    assert not stale, f"run python bench/study_pages.py: {stale}"
+
+
+def test_power_script_detects_a_wrong_n(tmp_path: Path) -> None:
+    design = _read(STUDIES / "fedpews-convergence.yaml")
+    design["power"]["n"] += 1
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(yaml.safe_dump(design))
+    assert _power_module().main(["--check", str(wrong)]) == 1
+
+
+def test_claims_table_rows_are_decided_or_say_why_not() -> None:
+    designs = {p.stem: {h["id"] for h in _read(p)["hypotheses"]} for p in DESIGNS}
+    claims = _claims()
+    assert {c["paper"] for c in claims.values()} == set(_read(STUDIES / "claims.yaml")["papers"])
+    for claim in claims.values():
+        if claim["status"] == "not yet run":
+            decided = claim["decided_by"]
+            missing = set(decided["hypotheses"]) - designs[decided["study"]]
+            assert not missing, f"{claim['id']}: no such hypotheses {missing}"
+        else:
+            assert claim["status"].startswith("not run: ") and "decided_by" not in claim, claim["id"]
+    out_of_reach = [c for c in claims.values() if "WESAD" in c["status"] or "DREAMT" in c["status"]]
+    assert {c["paper"] for c in out_of_reach} == {"fedsub-journal", "fedsub-ubiquitous"}
+
+
+def _quotes() -> list[tuple[str, str, str]]:
+    """(where, paper, quote) of every claim and of the FedSub design's depth definition."""
+    out = [(c["id"], c["paper"], c["quote"]) for c in _claims().values()]
+    depth = _read(STUDIES / "fedsub-as-papers.yaml")["depth"]["definition"]
+    return out + [(d["where"], d["where"].split()[0], d["quote"]) for d in depth]
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason="the papers' texts are not on this machine")
+def test_every_quote_is_in_its_paper() -> None:
+    for where, paper, quote in _quotes():
+        text = (PAPERS / f"{paper}.txt").read_text()
+        at = 0
+        for fragment in quote.split(" … "):
+            found = text.find(fragment, at)
+            assert found >= 0, f"{where}: not in {paper}: {fragment[:60]!r}"
+            at = found + len(fragment)
