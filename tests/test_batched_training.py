@@ -27,7 +27,8 @@ CONFIGS = [TrainingConfig(epochs=1, batch_size=8, lr=0.1),
            TrainingConfig(epochs=2, batch_size=10, lr=0.05, momentum=0.5, weight_decay=1e-2)]
 
 
-@pytest.fixture(autouse=True, params=[1, 2], ids=["1-thread", "2-threads"])
+# Two threads: each check again, in the slow set .ci/run runs
+@pytest.fixture(autouse=True, params=[1, pytest.param(2, marks=pytest.mark.slow)], ids=["1-thread", "2-threads"])
 def threads(request):
     """One thread (a sweep worker, a real peer) and two (a simulation on this 2-core machine)."""
     before = torch.get_num_threads()

@@ -209,6 +209,7 @@ def test_an_installed_package_registers_a_method_by_entry_point(tmp_path, monkey
     assert summary["algorithm"] == "weighted" and 0 < summary["algorithm_stats"]["own_weight"] < 1
 
 
+@pytest.mark.slow   # a sweep on a Dask worker; in the slow set .ci/run runs
 def test_a_sweep_runs_the_users_method_and_model_shortened_from_the_command_line(tmp_path):
     sweep = tmp_path / "mine.yaml"
     sweep.write_text(f"scenario: {SCENARIO}\n"

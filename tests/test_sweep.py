@@ -251,6 +251,7 @@ def test_resume_into_a_packed_sweep_runs_only_the_missing_cells(two_worker_sweep
     assert rows(copy / "sweep.csv") == rows(out / "sweep.csv")
 
 
+@pytest.mark.slow   # a sweep of its own on a Dask worker; in the slow set .ci/run runs
 def test_a_failing_cell_is_recorded_and_the_others_complete(tmp_path, capsys):
     # a random 3-regular graph on 5 devices cannot exist: that cell raises when it builds its graph
     sweep = write_sweep(tmp_path, name="failing", methods=["gossip-avg"], seeds=[1],
