@@ -3,6 +3,7 @@ unchanged by its own start.sh, merged into the simulator's results files (issue 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -21,6 +22,11 @@ from p2pfed.scenario.loader import load_scenario
 from tests.peer_support import SCENARIO, TINY
 
 SWAP = "algorithm.name=gossip-avg"   # the scenario file's method is fedsub
+
+
+def _table(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def _plan(tmp_path: Path, capsys, hosts: list, *extra: str) -> tuple[int, str]:
@@ -78,6 +84,15 @@ def test_a_planned_bundle_runs_unchanged_from_its_start_scripts_and_merges_like_
     assert real["devices"] == 3 and real["comm"]["messages_dropped"] == 0
     assert real["comm"]["messages_sent"] == sim["comm"]["messages_sent"]
     assert abs(real["final"]["f1_macro_mean"] - sim["final"]["f1_macro_mean"]) <= 0.02
+    # every F1 figure, as the simulator gives it computing as each peer does (one device at a time,
+    # one thread)
+    alone = ["engine.batched_training=false", "engine.torch_threads=1"]
+    run_scenario(load_scenario(SCENARIO, [*TINY, SWAP, *alone]), tmp_path / "alone", progress=False)
+    f1_columns = [c for c in _table(tmp_path / "alone" / "rounds.csv")[0] if c.startswith("f1_")]
+    assert [{c: r[c] for c in f1_columns} for r in _table(tmp_path / "merged" / "rounds.csv")] == \
+        [{c: r[c] for c in f1_columns} for r in _table(tmp_path / "alone" / "rounds.csv")]
+    assert [(r["device"], r["f1_macro"]) for r in _table(tmp_path / "merged" / "devices.csv")] == \
+        [(r["device"], r["f1_macro"]) for r in _table(tmp_path / "alone" / "devices.csv")]
     assert real["config"] == sim["config"]                                 # the same resolved scenario
     assert real["swapped"] == sim["swapped"] and real["swapped"]["to"] == "gossip-avg"
 
