@@ -30,7 +30,7 @@ from p2pfed.data import FederatedDataset
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import method_class
 from p2pfed.scenario.randomness import int_seed
-from p2pfed.testing.checks import HIDDEN, ROUNDS, ContractError, _assert_same, default_dataset
+from p2pfed.testing.checks import HIDDEN, ROUNDS, ContractError, _assert_same, default_dataset, run_contract
 from p2pfed.testing.federation import Federation, make_algorithms
 from p2pfed.transport.signing import Signing
 
@@ -118,15 +118,8 @@ def attack_checks(attack: type[Attacker] | str, options: dict[str, Any] | None =
 def check_attack(attack: type[Attacker] | str, options: dict[str, Any] | None = None, *,
                  method: str = "gossip-avg", dataset: FederatedDataset | None = None) -> None:
     """Run every check; raise ``ContractError`` naming each one that failed."""
-    failures = []
-    for name, check in attack_checks(attack, options, method=method, dataset=dataset):
-        try:
-            check()
-        except AssertionError as exc:
-            failures.append(f"{name}: {exc}")
-    if failures:
-        label = attack if isinstance(attack, str) else attack.__name__
-        raise ContractError(f"{label} breaks its contract:\n" + "\n".join(failures))
+    label = attack if isinstance(attack, str) else attack.__name__
+    run_contract(label, attack_checks(attack, options, method=method, dataset=dataset))
 
 
 def _tensors(shared: Any) -> list[dict[str, Any]]:

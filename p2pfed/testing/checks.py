@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -322,16 +322,24 @@ def check_algorithm(method: type[Algorithm], options: dict[str, Any] | None = No
                     model: torch.nn.Module | ModelFactory | None = None) -> None:
     """Run every check; raise ``ContractError`` naming each one that failed (a method whose
     names cannot travel is stopped at that first check: nothing else could run)."""
+    run_contract(method.__name__, algorithm_checks(method, options, dataset=dataset, model=model),
+                 stop_after_failing="names_valid")
+
+
+def run_contract(label: str, checks: Iterable[tuple[str, Callable[[], None]]], *,
+                 stop_after_failing: str | None = None) -> None:
+    """Run each named check; raise ``ContractError`` naming ``label`` and each check that failed
+    (none after ``stop_after_failing``, if that one fails)."""
     failures = []
-    for name, check in algorithm_checks(method, options, dataset=dataset, model=model):
+    for name, check in checks:
         try:
             check()
         except AssertionError as exc:
             failures.append(f"{name}: {exc}")
-            if name == "names_valid":
+            if name == stop_after_failing:
                 break
     if failures:
-        raise ContractError(f"{method.__name__} breaks its contract:\n" + "\n".join(failures))
+        raise ContractError(f"{label} breaks its contract:\n" + "\n".join(failures))
 
 
 def parametrize_with_checks(methods: Sequence[type[Algorithm] | tuple[type[Algorithm], dict[str, Any]]]) -> Any:
