@@ -53,4 +53,4 @@ class PeerSockets:
             self.auth.stop()
             self.auth = None
         if not self.context.closed:
-            self.context.term()
+            self.context.destroy(linger=0)   # any socket still open (a Ctrl-C mid-send) is closed, not waited on
