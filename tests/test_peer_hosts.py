@@ -81,9 +81,11 @@ def test_plan_refuses_to_replace_a_bundles_keys_without_force(tmp_path, capsys):
 def test_ctrl_c_stops_a_waiting_peer_in_one_line_its_checkpoint_intact(tmp_path):
     """Peer 0 alone (its neighbour never starts) finishes round 0 and waits out a long period."""
     [config, _] = write_peer_files(tmp_path, n=2, start_timeout_s=0.5, round_period_s=60.0)
+    # started with SIGINT ignored, as a shell starts a background job: Ctrl-C must still stop it
     proc = subprocess.Popen([sys.executable, "-m", "p2pfed.cli.main", "peer", "--config", str(config)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     checkpoint = tmp_path / "peer-0" / "checkpoint.pt"
     deadline = time.monotonic() + 60
     while not checkpoint.exists():

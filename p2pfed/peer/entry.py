@@ -29,13 +29,17 @@ def run_peer(config_path: str | Path, *, insecure: bool = False) -> dict[str, An
     peer = peer_class(loaded, insecure=insecure, spec=spec)
     print(start_line(peer), file=sys.stderr, flush=True)
     # SIGTERM ends the run like Ctrl-C: sockets closed at once; the checkpoint is already on disk.
+    # SIGINT stops it even where the process that started it ignored SIGINT (a shell's background
+    # job, a worker pool): Python leaves an inherited ignore in place.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return peer.run()
     except KeyboardInterrupt:
         raise PeerInterrupted(interrupted_line(peer)) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         peer.close()
 
 
