@@ -14,6 +14,9 @@ from typing import Any
 
 from p2pfed.peer.bundle import PLAN_FILE
 from p2pfed.peer.identity import identity_problems
+from p2pfed.peer.launcher import peers_runtime
+from p2pfed.peer.results import merge, write_results
+from p2pfed.results.recorder import round_float
 from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.scenario.swap import Swap
@@ -64,10 +67,6 @@ def merge_bundle(bundle: Path, out: Path, *, runtime: dict[str, Any] | None = No
     the peers in ``skip`` (killed on purpose) are left out. A peer whose results did not come
     back is refused unless ``partial``: then the others are merged, and ``summary.json``
     ``partial`` names the missing."""
-    from p2pfed.peer.launcher import peers_runtime
-    from p2pfed.peer.results import merge, write_results
-    from p2pfed.results.recorder import round_float
-
     plan = read_plan(bundle)
     reports, missing = collect_reports(bundle, plan, skip)
     if missing and (not partial or not reports):
