@@ -61,7 +61,21 @@ SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py"
                  "test_emulated_hosts.py": "namespaces",
                  "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
                  "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
-                 "test_fedsub_science.py": "fedsub-science"}
+                 "test_fedsub_science.py": "fedsub-science",
+                 # the method contract starts two helper processes (hash seeds) in each worker it runs on
+                 "test_method_contract.py": "contract"}
+# Test files with tests that take many seconds each (they start processes or wait on real time):
+# their tests are handed out first, so that the short tests fill the gaps instead of a long test
+# starting last and running alone.
+START_FIRST = ("test_peer_processes.py", "test_transport_inproc.py", "test_readme.py", "test_examples.py",
+               "test_peer_hosts.py", "test_offload.py", "test_docs_pages.py", "test_stratified_split.py",
+               "test_peer_security.py", "test_wire_precision.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long tests of ``START_FIRST`` first (pytest-xdist hands out tests in this order, after
+    the groups of ``SHARED_WORKER``, largest first)."""
+    items.sort(key=lambda item: item.path.name not in START_FIRST)
 
 
 @pytest.hookimpl(optionalhook=True)
