@@ -11,11 +11,17 @@ Why: on a shared round grid, or over contacts, every host counts from one instan
 clock. A host whose clock is a sizeable share of the round period off delivers its artifacts
 after the round they were shared for, silently lowering the results; a shared start that passed
 while the peer was loading runs its first rounds at once. Both are said before the first round.
+
+A peer reads the time of day only through its ``WallClock``: its host's clock, plus the peer
+file's ``clock_offset_s`` (0 on real hosts; set to emulate a skewed host, whose peers share the
+kernel's clock with the others). Durations are measured on the monotonic clock, which no offset
+touches.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +34,20 @@ CLOCK_KINDS = frozenset({CLOCK_KIND})
 GOOD_ROUND_TRIP_S = 0.2   # a reading this prompt needs no second ping
 WARN_SHARE = 0.1          # shared grid: an offset over this share of the round period is warned of
 REFUSE_SHARE = 0.5        # ... and one surely over this share refuses to start
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The unix time as this peer's host reads it: the real clock ``offset_s`` seconds off."""
+
+    offset_s: float = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def monotonic_at(self, unix_time: float) -> float:
+        """The monotonic instant at which this clock reads ``unix_time`` (for pacing)."""
+        return time.monotonic() + (unix_time - self.now())
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class ContactPeer(Peer):
     # -- time ----------------------------------------------------------------------------------
     def sim_now(self) -> float:
         """Simulated seconds since the shared start."""
-        return (time.time() - self.start_time) * self.speedup
+        return (self.wall.now() - self.start_time) * self.speedup
 
     def _interval(self, now: float) -> int:
         """The evaluation interval traffic is counted in (as the simulator's)."""
@@ -141,7 +141,7 @@ class ContactPeer(Peer):
         self._control(peer, summary_vector(self.config.id, self.holdings.have, c.start, self.sim_now(),
                                            self.loaded.scenario.engine.max_message_bytes))
         early = self.early_have.pop(peer, None)
-        if early is not None and early[0] == c.start and time.time() - early[1] <= EARLY_HAVE_S:
+        if early is not None and early[0] == c.start and time.monotonic() - early[1] <= EARLY_HAVE_S:
             session.peer_have = early[2]
             self._pump(peer)
 
@@ -154,7 +154,7 @@ class ContactPeer(Peer):
             self._abort(peer)
         del self.sessions[peer]
         if session.offer is not None:   # its acknowledgement may still be on its way (sent before the end)
-            self.closing[peer] = (session, at, time.time() + ACK_GRACE_S)
+            self.closing[peer] = (session, at, time.monotonic() + ACK_GRACE_S)
 
     def _abort_unacknowledged(self, force: bool = False) -> None:
         """Transfers of ended contacts whose acknowledgement did not come in time (``force``: all
@@ -163,7 +163,7 @@ class ContactPeer(Peer):
             return
         if not force:
             self.poll(0)   # acknowledgements already here count, however long this peer was busy
-        now = time.time()
+        now = time.monotonic()
         for peer, (_, _, deadline) in list(self.closing.items()):
             if force or now >= deadline:
                 self._abort(peer)
@@ -212,7 +212,7 @@ class ContactPeer(Peer):
                 self.intake.refuse(peer, self._interval(self.sim_now()), "control", "a summary vector must be a "
                                    "list of [origin, part, round, sent_at] and name its contact's start")
             elif session is None:
-                self.early_have[peer] = (float(contact), time.time(), have)
+                self.early_have[peer] = (float(contact), time.monotonic(), have)
             elif session.peer_have is None and session.contact.start == contact:
                 session.peer_have = have
                 self._pump(peer)
@@ -282,11 +282,11 @@ class ContactPeer(Peer):
     def _evaluate(self, index: int) -> None:
         self.loop.evaluate(index)
         self.next_round = index + 1
-        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
+        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": self.wall.now()})
 
     def _receive_until(self, t: float) -> None:
         """Take messages in until simulated time ``t``."""
-        left = self.start_time + t / self.speedup - time.time()
+        left = self.start_time + t / self.speedup - self.wall.now()
         if left > 0:
             self.poll(min(left, POLL_SLICE_S))
 
@@ -325,9 +325,9 @@ class ContactPeer(Peer):
                 heapq.heappush(due, (t + a.train_period_s + jitter, 1, order, ("step", None)))
             if kind in ("step", "evaluate"):
                 self.timing["busy_s"].append(self.sim_now() - began)
-        deadline = time.time() + ACK_GRACE_S
-        while self.closing and time.time() < deadline:   # the last contacts' acknowledgements
-            self.poll(min(deadline - time.time(), POLL_SLICE_S))
+        deadline = time.monotonic() + ACK_GRACE_S
+        while self.closing and time.monotonic() < deadline:   # the last contacts' acknowledgements
+            self.poll(min(deadline - time.monotonic(), POLL_SLICE_S))
         self._abort_unacknowledged(force=True)
         self.recorder.drop_log.tick()
         return self.finish()
