@@ -65,6 +65,11 @@ class ClockProbe:
         self.me, self.max_bytes = me, max_bytes
         self.best: dict[int, Reading] = {}
 
+    def needs_reading(self, neighbour: int) -> bool:
+        """Whether this peer has no prompt reading of ``neighbour``'s clock yet."""
+        known = self.best.get(neighbour)
+        return known is None or known.round_trip_s > GOOD_ROUND_TRIP_S
+
     def ping(self, now: float) -> bytes:
         return encode_control(CLOCK_KIND, self.me, now, {"t0": now}, self.max_bytes)
 
@@ -76,8 +81,7 @@ class ClockProbe:
             return []
         if t1 is None:   # a ping
             reply = encode_control(CLOCK_KIND, self.me, now, {"t0": t0, "t1": now}, self.max_bytes)
-            known = self.best.get(message.sender)
-            return [reply] + ([self.ping(now)] if known is None or known.round_trip_s > GOOD_ROUND_TRIP_S else [])
+            return [reply] + ([self.ping(now)] if self.needs_reading(message.sender) else [])
         round_trip = now - t0
         if round_trip >= 0:
             reading = Reading(t1 - (t0 + now) / 2, round_trip)

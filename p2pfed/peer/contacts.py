@@ -24,6 +24,10 @@ others. What a real peer must do that the simulator reads off its own state:
   with its sender (it was cut) is discarded unacknowledged, never given to the algorithm. (One
   taken in just before the end whose acknowledgement the closing link then lost is counted aborted
   by its sender, though its receiver has it: the two sides cannot agree on it, as in any protocol.)
+- **clocks read where peers meet**: every peer keeps to the shared start by its own clock, so when
+  a contact opens with a peer whose clock it has not read well yet, it pings it (``peer/clock.py``:
+  the link is up then) and reports the offsets in ``summary.json`` ``runtime.clock_offsets``. The
+  pings are no part of the contact protocol: not counted in ``contact_protocol``.
 
 The messages are built by ``device.contact_protocol``, which the simulator also uses when it models
 this protocol (``contacts.protocol: acknowledged``); the comparison (``bench/contact_validation.py``)
@@ -49,6 +53,7 @@ from p2pfed.device.exchange import (Forwarding, Frame, Holdings, Offer, Version,
 from p2pfed.device.contact_protocol import acknowledgement, origin_of, summary_vector
 from p2pfed.device.wire import CONTROL_KINDS, HAVE_KIND
 from p2pfed.network.contacts import Contact
+from p2pfed.peer.clock import CLOCK_KIND, CLOCK_KINDS
 from p2pfed.peer.runtime import POLL_SLICE_S, Peer
 from p2pfed.results.files import write_json
 from p2pfed.results.recorder import Recorder
@@ -114,7 +119,7 @@ class ContactPeer(Peer):
                         IntakeRules(sc.engine.max_message_bytes, max_age_s=a.max_age_s,
                                     hop_limit=self.forwarding.hop_limit, num_devices=num_devices,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    control_kinds=CONTROL_KINDS, keyring=self.signing.keyring),
+                                    control_kinds=CONTROL_KINDS | CLOCK_KINDS, keyring=self.signing.keyring),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 
@@ -140,6 +145,8 @@ class ContactPeer(Peer):
         session = self.sessions[peer] = Session(c)
         self._control(peer, summary_vector(self.config.id, self.holdings.have, c.start, self.sim_now(),
                                            self.loaded.scenario.engine.max_message_bytes))
+        if self.clock.needs_reading(peer):
+            self.outbox.send(self.endpoints[peer], self.clock.ping(self.wall.now()), timeout_ms=0)
         early = self.early_have.pop(peer, None)
         if early is not None and early[0] == c.start and time.monotonic() - early[1] <= EARLY_HAVE_S:
             session.peer_have = early[2]
@@ -206,6 +213,10 @@ class ContactPeer(Peer):
 
     def _on_control(self, control: Control) -> None:
         peer, session = control.sender, self.sessions.get(control.sender)
+        if control.kind == CLOCK_KIND:   # a peer's clock ping, or its answer to this one's
+            for data in self.clock.take(control, self.wall.now()):
+                self.outbox.send(self.endpoints[peer], data, timeout_ms=0)
+            return
         if control.kind == HAVE_KIND:
             have, contact = _summary_vector(control.meta.get("have")), control.meta.get("contact")
             if have is None or not isinstance(contact, (int, float)):
@@ -251,7 +262,7 @@ class ContactPeer(Peer):
         data = frame.bytes
         wire = Frame(data)
         msg = wire.message(self.loaded.scenario.engine.max_message_bytes)
-        if msg is not None and msg.kind in CONTROL_KINDS:
+        if msg is not None and msg.kind in self.intake.rules.control_kinds:
             item = self.intake.take(data, link=who, now=now, round=interval, decoded=msg, memo=wire.memo)
             if isinstance(item, Control):
                 self._on_control(item)
