@@ -63,8 +63,7 @@ class Peer(PeerCheckpoint):
         self.created_at = time.monotonic()   # how long loading takes, said when a shared start passed meanwhile
         cfg = self.config = loaded_config.config
         self.wall = WallClock(cfg.clock_offset_s)   # every time of day this peer reads (peer/clock.py)
-        self.secure = not insecure
-        self.source = loaded_config.source
+        self.secure, self.source = not insecure, loaded_config.source
         built = build_peer_device(loaded_config, spec)
         self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
         self.class_counts = built.class_counts
