@@ -16,6 +16,8 @@ import yaml
 
 from p2pfed.cli.main import main
 from p2pfed.network.lan import LanError, check_permitted, congestion_controls, namespaces_alive
+from p2pfed.peer.faults import load_faults
+from p2pfed.scenario.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -143,3 +145,15 @@ def test_a_faults_file_naming_unknown_peers_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and "faults.yaml: partitions.0.groups" in err, err[-2000:]
     assert not (tmp_path / "run" / "network").exists()   # refused before a namespace was built
+
+
+def test_a_faults_file_gives_each_skewed_clock_once_to_a_known_peer(tmp_path):
+    faults = tmp_path / "faults.yaml"
+    faults.write_text("clocks: [{peer: 1, offset_s: 1.5}, {peer: 1, offset_s: -2}]\n")
+    with pytest.raises(ScenarioError) as twice:
+        load_faults(faults, 3)
+    assert twice.value.problems == [f"{faults}: clocks: Value error, a peer is given two offsets (peers [1, 1])"]
+    faults.write_text("clocks: [{peer: 3, offset_s: 1.5}]\n")
+    with pytest.raises(ScenarioError) as unknown:
+        load_faults(faults, 3)
+    assert unknown.value.problems == [f"{faults}: names peers [3]; the scenario has peers 0..2"]

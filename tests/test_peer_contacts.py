@@ -13,6 +13,8 @@ test: it depends on the machine's speed).
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,13 +26,15 @@ from p2pfed.device.wire import ACK_KIND, CONTROL_KINDS, HAVE_KIND, encode_contro
 from p2pfed.engine.runner import run_scenario
 from p2pfed.network.lan import namespaces_alive
 from p2pfed.network.linkemu import LinkModel, LinkScheduler
-from p2pfed.peer.config import PeerTiming
+from p2pfed.peer.config import PeerTiming, load_peer_config
+from p2pfed.peer.contacts import ContactPeer
 from p2pfed.peer.emulated import launch_emulated, link_models
 from p2pfed.peer.launcher import launch
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import peer_neighbours
 from p2pfed.scenario.contacts import partners
 from p2pfed.scenario.loader import launch_problems, load_scenario
+from tests.peer_support import write_peer_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "synthetic-small.yaml"
@@ -106,6 +110,37 @@ def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
     rounds = (out / "rounds.csv").read_text().splitlines()
     assert len(rounds) - 1 == 3                                 # evaluations at 100, 200, 300 s
     assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
+
+
+def test_peers_over_contacts_read_the_clocks_of_the_peers_they_meet(tmp_path):
+    """Three peers in contacts that never end (``static``), 40 simulated seconds at 20x on
+    loopback; peer 2's clock 0.5 s ahead of the others'."""
+    configs = write_peer_files(tmp_path, n=3, start_time=time.time() + 6, speedup=20, overrides=[
+        "contacts.kind=static", "contacts.duration_s=40", "asynchronous.train_period_s=20", "evaluation.every_s=20"])
+    configs[2].write_text(configs[2].read_text() + "clock_offset_s: 0.5\n")
+    done: list[int] = []
+
+    def one(config: Path) -> None:
+        peer = ContactPeer(load_peer_config(config))
+        try:
+            peer.run()
+            done.append(peer.config.id)
+        finally:
+            peer.close()
+    threads = [threading.Thread(target=one, args=(c,)) for c in configs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(done) == [0, 1, 2]
+    skew = {0: 0.0, 1: 0.0, 2: 0.5}
+    for i in range(3):
+        summary = json.loads((tmp_path / f"peer-{i}" / "summary.json").read_text())
+        offsets = summary["runtime"]["clock_offsets"]
+        assert sorted(offsets) == [str(j) for j in range(3) if j != i]
+        for j, reading in offsets.items():   # each neighbour's clock minus this one's, within half the round trip
+            assert abs(reading["offset_s"] - (skew[int(j)] - skew[i])) <= reading["round_trip_s"] / 2 + 0.02, (i, j)
+        assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)

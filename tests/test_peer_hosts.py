@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from p2pfed.cli.main import main
 from p2pfed.device import Control
 from p2pfed.peer.clock import ClockProbe, Reading
 from p2pfed.peer.config import load_peer_config
+from p2pfed.peer.faults import ClockOffset, Faults, skew_clocks
 from p2pfed.peer.keys import make_keys
 from p2pfed.peer.launcher import free_ports
 from p2pfed.peer.runtime import Peer
@@ -241,3 +243,70 @@ def test_a_shared_start_already_past_is_refused_saying_by_how_much(tmp_path, cap
     assert problem.startswith(f"{config}: start_time: the shared start ") and " had passed 3" in problem
     assert "plan again with a later --start-at, e.g. --start-at $(( $(date +%s) + 120 ))" in problem
     assert not (tmp_path / "peer-0" / "checkpoint.pt").exists()   # not one round ran
+
+
+def _skewed_grid_bundle(tmp_path: Path, name: str, offset_s: float, start_at: float) -> Path:
+    """Three peers on loopback on a shared 1 s grid; peer 2's clock ``offset_s`` ahead (a faults file's
+    ``clocks``, as the emulated LAN applies it)."""
+    hosts = tmp_path / f"{name}.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [f"127.0.0.1:{p}" for p in free_ports(3)]}))
+    assert main(["plan", str(SCENARIO), "--hosts", str(hosts), "--out", str(tmp_path / name), "--round-period", "1",
+                 "--shared-grid", "--start-at", str(start_at),
+                 *sum((["--set", s] for s in [*TINY, "rounds=2"]), [])]) == 0
+    skew_clocks(Faults(clocks=[ClockOffset(peer=2, offset_s=offset_s)]), tmp_path / name)
+    return tmp_path / name
+
+
+def _off_by(line: str, neighbour: int, expected: float) -> bool:
+    """Whether the offset a clock warning or refusal gives for ``neighbour`` is ``expected`` (ahead:
+    positive) within the uncertainty it states (half the round trip) and a little processing."""
+    found = re.search(rf"neighbour {neighbour}'s clock is ([0-9.]+) s (ahead of|behind) this peer's \(± ([0-9.]+) s\)",
+                      line)
+    assert found, line
+    offset = float(found.group(1)) * (1 if found.group(2) == "ahead of" else -1)
+    return abs(offset - expected) <= float(found.group(3)) + 0.02
+
+
+def test_a_skewed_clock_on_a_shared_grid_is_warned_of_then_refused(tmp_path, capsys, caplog):
+    """Peer 2's clock 0.3 s ahead (30 % of the period): warned of; 0.8 s ahead: refused on both sides."""
+    start_at = time.time() + 12   # time for six peers to load on a busy machine
+    warned = _skewed_grid_bundle(tmp_path, "warned", 0.3, start_at)
+    refused = _skewed_grid_bundle(tmp_path, "refused", 0.8, start_at)
+    capsys.readouterr()
+    outcomes: dict[str, object] = {}
+
+    def one(config: Path) -> None:
+        peer = Peer(load_peer_config(config))
+        try:
+            outcomes[str(config)] = peer.run()
+        except ScenarioError as exc:
+            outcomes[str(config)] = exc
+        finally:
+            peer.close()
+    others = [warned / f"peer-{i}" / "peer.yaml" for i in range(3)]
+    others += [refused / f"peer-{i}" / "peer.yaml" for i in (0, 1)]
+    threads = [threading.Thread(target=one, args=(c,)) for c in others]
+    for t in threads:
+        t.start()
+    with caplog.at_level("WARNING", logger="p2pfed.peer"):
+        code = main(["peer", "--config", str(refused / "peer-2" / "peer.yaml")])   # the skewed one, as a user runs it
+        for t in threads:
+            t.join(120)
+    # refused: the skewed peer exits 2 naming both neighbours, each a clock 0.8 s behind its own
+    assert code == 2
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if "shared grid" in line]
+    assert len(lines) == 2 and all("over 50%: its artifacts would miss their rounds" in line for line in lines)
+    assert _off_by(lines[0], 0, -0.8) and _off_by(lines[1], 1, -0.8)
+    for i in (0, 1):   # and its neighbours refuse too, naming it, before their first round
+        problem = str(outcomes[str(refused / f"peer-{i}" / "peer.yaml")])
+        assert "over 50%" in problem and _off_by(problem, 2, 0.8)
+        assert not (refused / f"peer-{i}" / "results" / "checkpoint.pt").exists()
+    # warned: the run goes on; peer 0 said peer 2's clock is 30 % of the period off, and reports it
+    warnings = [r.getMessage() for r in caplog.records if str(warned / "peer-0") in r.getMessage()]
+    [warning] = [w for w in warnings if "shared grid" in w]
+    assert "over 10%: artifacts may be late" in warning and _off_by(warning, 2, 0.3)
+    summary = outcomes[str(warned / "peer-0" / "peer.yaml")]
+    assert isinstance(summary, dict) and summary["rounds"] == 2
+    offsets = json.loads((warned / "peer-0" / "results" / "summary.json").read_text())["runtime"]["clock_offsets"]
+    for n, expected in (("1", 0.0), ("2", 0.3)):
+        assert abs(offsets[n]["offset_s"] - expected) <= offsets[n]["round_trip_s"] / 2 + 0.02

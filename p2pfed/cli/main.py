@@ -420,8 +420,8 @@ def _add_peer_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss", type=PROBABILITY, default=0.0, help="emulated: each packet lost with this probability")
     p.add_argument("--jitter", type=NONNEGATIVE_SECONDS, default=0.0, metavar="SECONDS",
                    help="emulated: each packet's latency varies uniformly by up to this much (order kept)")
-    p.add_argument("--faults", metavar="FILE", help="emulated: a YAML file of slow links, partitions and killed "
-                   "peers, by round (see docs/reference/scenario.md)")
+    p.add_argument("--faults", metavar="FILE", help="emulated: a YAML file of slow links, partitions, killed "
+                   "peers (by round) and skewed clocks (see docs/reference/scenario.md)")
     p.add_argument("--congestion-control", metavar="NAME",
                    help="emulated: the hosts' TCP congestion control, e.g. reno (default: the kernel's, which "
                         "namespaces inherit; Reno and CUBIC restart slow start after idle: topology.slow_start)")

@@ -11,11 +11,17 @@ Why: on a shared round grid, or over contacts, every host counts from one instan
 clock. A host whose clock is a sizeable share of the round period off delivers its artifacts
 after the round they were shared for, silently lowering the results; a shared start that passed
 while the peer was loading runs its first rounds at once. Both are said before the first round.
+
+A peer reads the time of day only through its ``WallClock``: its host's clock, plus the peer
+file's ``clock_offset_s`` (0 on real hosts; set to emulate a skewed host, whose peers share the
+kernel's clock with the others). Durations are measured on the monotonic clock, which no offset
+touches.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +34,20 @@ CLOCK_KINDS = frozenset({CLOCK_KIND})
 GOOD_ROUND_TRIP_S = 0.2   # a reading this prompt needs no second ping
 WARN_SHARE = 0.1          # shared grid: an offset over this share of the round period is warned of
 REFUSE_SHARE = 0.5        # ... and one surely over this share refuses to start
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The unix time as this peer's host reads it: the real clock ``offset_s`` seconds off."""
+
+    offset_s: float = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def monotonic_at(self, unix_time: float) -> float:
+        """The monotonic instant at which this clock reads ``unix_time`` (for pacing)."""
+        return time.monotonic() + (unix_time - self.now())
 
 
 @dataclass(frozen=True)
@@ -45,6 +65,11 @@ class ClockProbe:
         self.me, self.max_bytes = me, max_bytes
         self.best: dict[int, Reading] = {}
 
+    def needs_reading(self, neighbour: int) -> bool:
+        """Whether this peer has no prompt reading of ``neighbour``'s clock yet."""
+        known = self.best.get(neighbour)
+        return known is None or known.round_trip_s > GOOD_ROUND_TRIP_S
+
     def ping(self, now: float) -> bytes:
         return encode_control(CLOCK_KIND, self.me, now, {"t0": now}, self.max_bytes)
 
@@ -56,8 +81,7 @@ class ClockProbe:
             return []
         if t1 is None:   # a ping
             reply = encode_control(CLOCK_KIND, self.me, now, {"t0": t0, "t1": now}, self.max_bytes)
-            known = self.best.get(message.sender)
-            return [reply] + ([self.ping(now)] if known is None or known.round_trip_s > GOOD_ROUND_TRIP_S else [])
+            return [reply] + ([self.ping(now)] if self.needs_reading(message.sender) else [])
         round_trip = now - t0
         if round_trip >= 0:
             reading = Reading(t1 - (t0 + now) / 2, round_trip)

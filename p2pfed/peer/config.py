@@ -118,6 +118,10 @@ class PeerConfig(_Section):
         "With `round_period_s` and `start_time`: round r ends at `start_time + (r + 1) × round_period_s` on every "
         "peer, which then fuses what arrived and waits for no neighbour, as the simulator's rounds do; a later "
         "artifact is fused a round later and counted late."))
+    clock_offset_s: float = Field(default=0.0, description=(
+        "For tests: this peer's clock reads this many seconds ahead of its host's (negative: behind), as a host "
+        "with a skewed clock would: its start, rounds, timestamps and clock pings all keep to it. 0 on real "
+        "hosts; an emulated LAN's faults file sets it (`clocks`)."))
 
     @field_validator("listen")
     @classmethod

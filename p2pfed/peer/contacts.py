@@ -24,6 +24,10 @@ others. What a real peer must do that the simulator reads off its own state:
   with its sender (it was cut) is discarded unacknowledged, never given to the algorithm. (One
   taken in just before the end whose acknowledgement the closing link then lost is counted aborted
   by its sender, though its receiver has it: the two sides cannot agree on it, as in any protocol.)
+- **clocks read where peers meet**: every peer keeps to the shared start by its own clock, so when
+  a contact opens with a peer whose clock it has not read well yet, it pings it (``peer/clock.py``:
+  the link is up then) and reports the offsets in ``summary.json`` ``runtime.clock_offsets``. The
+  pings are no part of the contact protocol: not counted in ``contact_protocol``.
 
 The messages are built by ``device.contact_protocol``, which the simulator also uses when it models
 this protocol (``contacts.protocol: acknowledged``); the comparison (``bench/contact_validation.py``)
@@ -49,6 +53,7 @@ from p2pfed.device.exchange import (Forwarding, Frame, Holdings, Offer, Version,
 from p2pfed.device.contact_protocol import acknowledgement, origin_of, summary_vector
 from p2pfed.device.wire import CONTROL_KINDS, HAVE_KIND
 from p2pfed.network.contacts import Contact
+from p2pfed.peer.clock import CLOCK_KIND, CLOCK_KINDS
 from p2pfed.peer.runtime import POLL_SLICE_S, Peer
 from p2pfed.results.files import write_json
 from p2pfed.results.recorder import Recorder
@@ -114,14 +119,14 @@ class ContactPeer(Peer):
                         IntakeRules(sc.engine.max_message_bytes, max_age_s=a.max_age_s,
                                     hop_limit=self.forwarding.hop_limit, num_devices=num_devices,
                                     max_bad_messages=cfg.max_bad_messages, contain_errors=True,
-                                    control_kinds=CONTROL_KINDS, keyring=self.signing.keyring),
+                                    control_kinds=CONTROL_KINDS | CLOCK_KINDS, keyring=self.signing.keyring),
                         is_neighbour=self.endpoints.__contains__, on_ignore=self._disconnect)
         return recorder, loop, intake
 
     # -- time ----------------------------------------------------------------------------------
     def sim_now(self) -> float:
         """Simulated seconds since the shared start."""
-        return (time.time() - self.start_time) * self.speedup
+        return (self.wall.now() - self.start_time) * self.speedup
 
     def _interval(self, now: float) -> int:
         """The evaluation interval traffic is counted in (as the simulator's)."""
@@ -140,8 +145,10 @@ class ContactPeer(Peer):
         session = self.sessions[peer] = Session(c)
         self._control(peer, summary_vector(self.config.id, self.holdings.have, c.start, self.sim_now(),
                                            self.loaded.scenario.engine.max_message_bytes))
+        if self.clock.needs_reading(peer):
+            self.outbox.send(self.endpoints[peer], self.clock.ping(self.wall.now()), timeout_ms=0)
         early = self.early_have.pop(peer, None)
-        if early is not None and early[0] == c.start and time.time() - early[1] <= EARLY_HAVE_S:
+        if early is not None and early[0] == c.start and time.monotonic() - early[1] <= EARLY_HAVE_S:
             session.peer_have = early[2]
             self._pump(peer)
 
@@ -154,7 +161,7 @@ class ContactPeer(Peer):
             self._abort(peer)
         del self.sessions[peer]
         if session.offer is not None:   # its acknowledgement may still be on its way (sent before the end)
-            self.closing[peer] = (session, at, time.time() + ACK_GRACE_S)
+            self.closing[peer] = (session, at, time.monotonic() + ACK_GRACE_S)
 
     def _abort_unacknowledged(self, force: bool = False) -> None:
         """Transfers of ended contacts whose acknowledgement did not come in time (``force``: all
@@ -163,7 +170,7 @@ class ContactPeer(Peer):
             return
         if not force:
             self.poll(0)   # acknowledgements already here count, however long this peer was busy
-        now = time.time()
+        now = time.monotonic()
         for peer, (_, _, deadline) in list(self.closing.items()):
             if force or now >= deadline:
                 self._abort(peer)
@@ -206,13 +213,17 @@ class ContactPeer(Peer):
 
     def _on_control(self, control: Control) -> None:
         peer, session = control.sender, self.sessions.get(control.sender)
+        if control.kind == CLOCK_KIND:   # a peer's clock ping, or its answer to this one's
+            for data in self.clock.take(control, self.wall.now()):
+                self.outbox.send(self.endpoints[peer], data, timeout_ms=0)
+            return
         if control.kind == HAVE_KIND:
             have, contact = _summary_vector(control.meta.get("have")), control.meta.get("contact")
             if have is None or not isinstance(contact, (int, float)):
                 self.intake.refuse(peer, self._interval(self.sim_now()), "control", "a summary vector must be a "
                                    "list of [origin, part, round, sent_at] and name its contact's start")
             elif session is None:
-                self.early_have[peer] = (float(contact), time.time(), have)
+                self.early_have[peer] = (float(contact), time.monotonic(), have)
             elif session.peer_have is None and session.contact.start == contact:
                 session.peer_have = have
                 self._pump(peer)
@@ -251,7 +262,7 @@ class ContactPeer(Peer):
         data = frame.bytes
         wire = Frame(data)
         msg = wire.message(self.loaded.scenario.engine.max_message_bytes)
-        if msg is not None and msg.kind in CONTROL_KINDS:
+        if msg is not None and msg.kind in self.intake.rules.control_kinds:
             item = self.intake.take(data, link=who, now=now, round=interval, decoded=msg, memo=wire.memo)
             if isinstance(item, Control):
                 self._on_control(item)
@@ -282,11 +293,11 @@ class ContactPeer(Peer):
     def _evaluate(self, index: int) -> None:
         self.loop.evaluate(index)
         self.next_round = index + 1
-        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
+        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": self.wall.now()})
 
     def _receive_until(self, t: float) -> None:
         """Take messages in until simulated time ``t``."""
-        left = self.start_time + t / self.speedup - time.time()
+        left = self.start_time + t / self.speedup - self.wall.now()
         if left > 0:
             self.poll(min(left, POLL_SLICE_S))
 
@@ -325,9 +336,9 @@ class ContactPeer(Peer):
                 heapq.heappush(due, (t + a.train_period_s + jitter, 1, order, ("step", None)))
             if kind in ("step", "evaluate"):
                 self.timing["busy_s"].append(self.sim_now() - began)
-        deadline = time.time() + ACK_GRACE_S
-        while self.closing and time.time() < deadline:   # the last contacts' acknowledgements
-            self.poll(min(deadline - time.time(), POLL_SLICE_S))
+        deadline = time.monotonic() + ACK_GRACE_S
+        while self.closing and time.monotonic() < deadline:   # the last contacts' acknowledgements
+            self.poll(min(deadline - time.monotonic(), POLL_SLICE_S))
         self._abort_unacknowledged(force=True)
         self.recorder.drop_log.tick()
         return self.finish()

@@ -26,7 +26,7 @@ from p2pfed.peer.bundle import DEFAULT_PORT, write_bundle
 from p2pfed.peer.merge import merge_bundle
 from p2pfed.peer.config import PeerTiming
 from p2pfed.peer.contacts import contact_start_time
-from p2pfed.peer.faults import FaultDriver, Faults
+from p2pfed.peer.faults import FaultDriver, Faults, skew_clocks
 from p2pfed.peer.launcher import peer_environment, wait_all
 from p2pfed.scenario.spec import RunSpec
 
@@ -76,6 +76,7 @@ def launch_emulated(loaded: RunSpec, out: Path, *, insecure: bool, loss: float =
     start_time = contact_start_time(n) if contacts or timing.shared_grid else None
     write_bundle(loaded, endpoints, bundle, insecure=insecure, timing=timing, start_time=start_time,
                  force=True)   # this launch's own bundle
+    skew_clocks(faults, bundle)
     env = peer_environment()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the venv's p2pfed
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -8,12 +8,18 @@ A faults file says what goes wrong, and when, in rounds::
       - {groups: [[0, 1], [2, 3]], from_round: 2, to_round: 4}
     kill:                       # a peer killed (SIGKILL) and never restarted
       - {peer: 3, after_round: 1}
+    clocks:                     # a peer whose host's clock is off, from the start
+      - {peer: 2, offset_s: -2.0}            # 2 s behind the others
 
 Rounds are watched through each peer's ``progress.json`` (rounds done, written after each round):
 a peer is killed once it has done ``after_round`` rounds; a partition starts once every running
 peer has done ``from_round`` rounds and heals once every running peer has done ``to_round``, so
 that every peer lives through rounds ``from_round`` to ``to_round - 1`` cut off, however far
 apart the peers are. What happened, and when, is in ``summary.json`` ``runtime.faults``.
+
+The emulated hosts share the kernel's one clock, so a skewed clock is applied inside the peer:
+``skew_clocks`` writes the offset into the peer file of its bundle folder (``clock_offset_s``),
+and the peer reads every time of day through it, as a host whose clock is off would.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from p2pfed.network.lan import EmulatedLan
 from p2pfed.network.linkemu import LinkModel
@@ -67,14 +73,30 @@ class Kill(_Section):
     after_round: int = Field(ge=0, description="Killed once it has done this many rounds (0: at once).")
 
 
+class ClockOffset(_Section):
+    peer: int = Field(ge=0, description="The peer whose clock is off.")
+    offset_s: float = Field(description=(
+        "Seconds its clock reads ahead of the others' (negative: behind); it starts, paces its rounds and stamps "
+        "its messages by it."))
+
+
 class Faults(_Section):
     slow: list[SlowLink] = Field(default=[], description="Slow links.")
     partitions: list[Partition] = Field(default=[], description="Network partitions, each for a span of rounds.")
     kill: list[Kill] = Field(default=[], description="Peers killed.")
+    clocks: list[ClockOffset] = Field(default=[], description="Peers whose clock is off (one entry per peer).")
+
+    @field_validator("clocks")
+    @classmethod
+    def _one_offset_per_peer(cls, v: list[ClockOffset]) -> list[ClockOffset]:
+        skewed = [c.peer for c in v]
+        if len(skewed) != len(set(skewed)):
+            raise ValueError(f"a peer is given two offsets (peers {skewed})")
+        return v
 
     def peers(self) -> set[int]:
         return ({p for s in self.slow for p in s.link} | {p for x in self.partitions for g in x.groups for p in g}
-                | {k.peer for k in self.kill})
+                | {k.peer for k in self.kill} | {c.peer for c in self.clocks})
 
     def shape(self, links: dict[tuple[int, int], LinkModel], source: str) -> dict[tuple[int, int], LinkModel]:
         """The links with the slow ones slowed (both directions); a slow link must exist."""
@@ -87,6 +109,14 @@ class Faults(_Section):
                 m = out[key]
                 out[key] = LinkModel(m.latency_s * s.factor, m.bandwidth_bps / s.factor, m.loss, m.jitter_s)
         return out
+
+
+def skew_clocks(faults: Faults, bundle: Path) -> None:
+    """Give each skewed peer of a planned bundle its clock offset (its folder's ``peer.yaml``)."""
+    for c in faults.clocks:
+        path = bundle / f"peer-{c.peer}" / "peer.yaml"
+        config = load_yaml(read_text(path, "peer config", ScenarioError))
+        path.write_text(yaml.safe_dump({**config, "clock_offset_s": c.offset_s}, sort_keys=False))
 
 
 def load_faults(path: Path, peers: int) -> Faults:

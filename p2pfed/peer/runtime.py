@@ -27,7 +27,7 @@ from p2pfed.algorithms import Received
 from p2pfed.device import (Control, DeviceLoop, Held, Intake, IntakeRules, ResendRequest, encode_resend_request,
                            full_model_bytes)
 from p2pfed.peer.build import build_peer_device, peer_energy_meter
-from p2pfed.peer.clock import CLOCK_KINDS, ClockProbe, late_start_problem
+from p2pfed.peer.clock import CLOCK_KINDS, ClockProbe, WallClock, late_start_problem
 from p2pfed.peer.config import LoadedPeerConfig
 from p2pfed.peer.identity import checkpoint_fingerprint, file_hash
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
@@ -60,10 +60,10 @@ class Peer(PeerCheckpoint):
 
     def __init__(self, loaded_config: LoadedPeerConfig, *, insecure: bool = False, spec: RunSpec | None = None) -> None:
         """``spec``: the peer's scenario, already loaded (else loaded from the config)."""
-        self.created_at = time.time()   # how long loading takes, said when a shared start passed meanwhile
+        self.created_at = time.monotonic()   # how long loading takes, said when a shared start passed meanwhile
         cfg = self.config = loaded_config.config
-        self.secure = not insecure
-        self.source = loaded_config.source
+        self.wall = WallClock(cfg.clock_offset_s)   # every time of day this peer reads (peer/clock.py)
+        self.secure, self.source = not insecure, loaded_config.source
         built = build_peer_device(loaded_config, spec)
         self.loaded, self.algo, self.visible_classes = built.loaded, built.algo, built.visible_classes
         self.class_counts = built.class_counts
@@ -76,7 +76,7 @@ class Peer(PeerCheckpoint):
         self.fingerprint = checkpoint_fingerprint(cfg.id, fingerprint(self.loaded), cfg.run_id)
         self.scenario_hash = None if cfg.scenario is None else file_hash(loaded_config.resolve(cfg.scenario))
         self.endpoints = {n.id: n.endpoint for n in cfg.neighbours}
-        self.start_time = cfg.start_time if cfg.start_time is not None else time.time()
+        self.start_time = cfg.start_time if cfg.start_time is not None else self.wall.now()
         self.signing = peer_signing(loaded_config, secure=self.secure, sign=sc.security.sign_artifacts)
         self.recorder, self.loop, self.intake = self._device(built.num_devices)
         self.latest: dict[int, int] = {}       # newest round received per neighbour
@@ -89,7 +89,7 @@ class Peer(PeerCheckpoint):
         self.next_round = self.next_round_at_start = 0
         self.energy = peer_energy_meter(self.loaded, cfg.id, self.recorder, loaded_config.source)
         if self.energy is not None:
-            self.energy.clock = lambda: time.time() - self.start_time
+            self.energy.clock = lambda: self.wall.now() - self.start_time
             self.loop.count_work = True
         apply_torch_threads(sc.engine.torch_threads, batched=False)
         self.sockets = PeerSockets(loaded_config, self.endpoints, secure=self.secure,
@@ -101,7 +101,7 @@ class Peer(PeerCheckpoint):
         """The recorder, device loop and intake of a peer in synchronous rounds (wall-clock times)."""
         cfg, sc = self.config, self.loaded.scenario
         recorder = Recorder([cfg.id], time_origin=self.start_time)
-        loop = DeviceLoop(cfg.id, self.algo, recorder, clock=time.time,
+        loop = DeviceLoop(cfg.id, self.algo, recorder, clock=self.wall.now,
                           max_message_bytes=sc.engine.max_message_bytes,
                           neighbours=lambda: sorted(n for n in self.endpoints if n not in self.ignored),
                           visible_classes=self.visible_classes,
@@ -117,7 +117,7 @@ class Peer(PeerCheckpoint):
 
     def _radio_busy(self) -> None:
         if self.energy is not None:   # a message's moment on the wire (its duration is the network's)
-            now = time.time() - self.start_time
+            now = self.wall.now() - self.start_time
             self.energy.radio_busy(0, now, now)
 
     # -- sockets -----------------------------------------------------------------------------
@@ -164,14 +164,14 @@ class Peer(PeerCheckpoint):
         if not usable:
             return False
         self._radio_busy()
-        item = self.intake.take(frame.bytes, link=who, now=time.time(), round=self.next_round)
+        item = self.intake.take(frame.bytes, link=who, now=self.wall.now(), round=self.next_round)
         if item is None:
             return False
         if isinstance(item, ResendRequest):
             self._answer(item)
             return True
         if isinstance(item, Control):   # a neighbour's clock ping, or its answer to this peer's
-            for data in self.clock.take(item, time.time()):
+            for data in self.clock.take(item, self.wall.now()):
                 self.outbox.send(self.endpoints[item.sender], data, timeout_ms=0)
             return True
         if isinstance(item, Received) and item.round < self.next_round:   # its fusion (round item.round + 1) is past
@@ -219,7 +219,7 @@ class Peer(PeerCheckpoint):
 
     def _ask_to_resend(self) -> None:
         """After a restart: ask every neighbour for its frames from the round this peer resumes at."""
-        request = encode_resend_request(self.config.id, self.next_round, time.time(),
+        request = encode_resend_request(self.config.id, self.next_round, self.wall.now(),
                                         self.loaded.scenario.engine.max_message_bytes)
         for nid, endpoint in sorted(self.endpoints.items()):
             if nid not in self.ignored and self.outbox.send(endpoint, request, timeout_ms=0):
@@ -276,14 +276,14 @@ class Peer(PeerCheckpoint):
         if self.resumed_from:
             self._ask_to_resend()
         for endpoint in self.endpoints.values():   # each neighbour's clock, read while they start
-            self.outbox.send(endpoint, self.clock.ping(time.time()), timeout_ms=0)
+            self.outbox.send(endpoint, self.clock.ping(self.wall.now()), timeout_ms=0)
         period, paced_from = self.config.round_period_s, None
         if self.config.shared_grid:   # round r from start_time + r periods, on every peer alike
-            paced_from = time.monotonic() + (self.start_time - time.time())
+            paced_from = self.wall.monotonic_at(self.start_time)
             self._start_on_grid(paced_from + self.next_round * period)
         for r in range(self.next_round, sc.rounds):
             evaluate = (r + 1) % sc.evaluation.every == 0 or r == sc.rounds - 1
-            for item in self.intake.release(r - 1, now=time.time()):   # what neighbours shared up to r-1
+            for item in self.intake.release(r - 1, now=self.wall.now()):   # what neighbours shared up to r-1
                 self._heard(item)
             outgoing = self.loop.act(r, evaluate=evaluate)
             if self.energy is not None:
@@ -306,10 +306,10 @@ class Peer(PeerCheckpoint):
             self.next_round = r + 1
             self._save()
             log.info("peer %d: round %d done at %.1f s; artifacts of it from %s", self.config.id, r,
-                     time.time() - self.start_time, sorted(n for n, last in self.latest.items() if last >= r))
+                     self.wall.now() - self.start_time, sorted(n for n, last in self.latest.items() if last >= r))
         # what neighbours shared in the last round while this peer was a round behind (after a
         # restart) is held: taken in now, it is received as in a run without the restart
-        for item in self.intake.release(sc.rounds - 1, now=time.time()):
+        for item in self.intake.release(sc.rounds - 1, now=self.wall.now()):
             self._heard(item)
         return self.finish()
 
@@ -318,8 +318,8 @@ class Peer(PeerCheckpoint):
         neighbours' clocks meanwhile; refuse a fresh start whose shared start already passed, or
         neighbours' clocks too far off this one's (``peer/clock.py``)."""
         period = self.config.round_period_s
-        if self.next_round == 0 and (late := late_start_problem(self.start_time, time.time(), period,
-                                                                time.time() - self.created_at, self.source)):
+        if self.next_round == 0 and (late := late_start_problem(self.start_time, self.wall.now(), period,
+                                                                time.monotonic() - self.created_at, self.source)):
             raise ScenarioError([late])
         self._sleep_until(at)
         for warning in self.clock.grid_warnings(sorted(self.endpoints), period, self.source):
@@ -348,7 +348,7 @@ class Peer(PeerCheckpoint):
                         report["never_heard"])
         self.recorder.drop_log.flush()
         write_json(self.out / "peer.json", report, indent=1)
-        return write_results(self.out, self.loaded, [report], wall_time_s=time.time() - self.start_time,
+        return write_results(self.out, self.loaded, [report], wall_time_s=self.wall.now() - self.start_time,
                              full_model_bytes=self.full_model_bytes,
                              runtime={"kind": "peer", "peer": self.config.id, "run_id": self.config.run_id,
                                       "secure": self.secure, "never_heard": report["never_heard"],

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from p2pfed.device import DeviceLoop, Intake, load_checkpoint, save_checkpoint
 from p2pfed.device.energy import EnergyMeter
+from p2pfed.peer.clock import WallClock
 from p2pfed.peer.config import PeerConfig
 from p2pfed.peer.recovery import RecoveryCounters, SentFrames
 from p2pfed.results.files import write_json
@@ -29,6 +29,7 @@ class PeerCheckpoint:
     """The save and resume half of a peer (``Peer`` sets every attribute below)."""
 
     config: PeerConfig
+    wall: WallClock
     out: Path
     checkpoint_path: Path
     fingerprint: str
@@ -57,7 +58,7 @@ class PeerCheckpoint:
             state["energy"] = json.dumps(self.energy.state_dict())
         save_checkpoint(self.checkpoint_path, "peer", self.fingerprint, state)
         # rounds done so far, for whoever watches the run (a launcher injecting faults by round)
-        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": time.time()})
+        write_json(self.out / "progress.json", {"rounds_done": self.next_round, "time": self.wall.now()})
 
     def _resume(self) -> None:
         if not self.checkpoint_path.exists():
