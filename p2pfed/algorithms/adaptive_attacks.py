@@ -21,8 +21,8 @@ denominator):
   Product Manipulation"): ``-ε·μ``, the honest mean reversed and shrunk, so that the
   receivers' combination no longer points the honest way.
 - ``min-max`` / ``min-sum`` ("Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
-  Defenses for Federated Learning", Shejwalkar and Houmansadr, NDSS 2021): ``μ - γ·p`` with the perturbation ``p`` the ``deviation`` names
-  (``std``: ``σ``; ``unit-vec``: ``μ/‖μ‖``; ``sign``: the sign of ``μ``) and ``γ`` as large as a
+  Defenses for Federated Learning", Shejwalkar and Houmansadr, NDSS 2021): ``μ - γ·p`` with the
+  perturbation ``p`` the ``deviation`` names (``std``: ``σ``; ``unit-vec``: ``μ/‖μ‖``; ``sign``: the sign of ``μ``) and ``γ`` as large as a
   bisection finds while the malicious vector stays as close to the honest ones as they are to
   each other: its largest squared distance to any honest vector at most the largest between two
   honest vectors (``min-max``), or its sum of squared distances to them at most the smallest
