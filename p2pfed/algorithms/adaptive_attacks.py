@@ -22,14 +22,14 @@ denominator):
   receivers' combination no longer points the honest way.
 - ``min-max`` / ``min-sum`` ("Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
   Defenses for Federated Learning", Shejwalkar and Houmansadr, NDSS 2021): ``μ - γ·p`` with the
-  perturbation ``p`` the ``deviation`` names (``std``: ``σ``; ``unit-vec``: ``μ/‖μ‖``; ``sign``: the sign of ``μ``) and ``γ`` as large as a
-  bisection finds while the malicious vector stays as close to the honest ones as they are to
-  each other: its largest squared distance to any honest vector at most the largest between two
-  honest vectors (``min-max``), or its sum of squared distances to them at most the smallest
-  such sum of an honest vector (``min-sum``). The bisection follows the authors' public notebooks
-  (``vrt1shjwlkr/NDSS21-Model-Poisoning``): ``γ`` starts at 10, moves up after a success and down
-  after a failure by a step halved each time, until two tries differ by at most 1e-5; the last
-  success is used (none: ``γ = 0``, the honest mean).
+  perturbation ``p`` the ``deviation`` names (``std``: ``σ``; ``unit-vec``: ``μ/‖μ‖``; ``sign``:
+  the sign of ``μ``) and ``γ`` as large as a bisection finds while the malicious vector stays as
+  close to the honest ones as they are to each other: its largest squared distance to any honest
+  vector at most the largest between two honest vectors (``min-max``), or its sum of squared
+  distances to them at most the smallest such sum of an honest vector (``min-sum``). The bisection
+  follows the authors' public notebooks (``vrt1shjwlkr/NDSS21-Model-Poisoning``): ``γ`` starts at
+  10, moves up after a success and down after a failure by a step halved each time, until two
+  tries differ by at most 1e-5; the last success is used (none: ``γ = 0``, the honest mean).
 """
 
 from __future__ import annotations

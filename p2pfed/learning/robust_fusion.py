@@ -23,8 +23,9 @@ returns the combined row:
   ``f = 1``, the second largest, the rule of the authors' public implementation
   (``epfml/byzantine-robust-decentralized-optimizer``) when no radius is given;
 - ``geometric-median``: the point minimising the sum of Euclidean distances to the models, each
-  counting once, by the smoothed Weiszfeld iteration (``WEISZFELD_STEPS`` steps from the mean,
-  distances floored at ``WEISZFELD_FLOOR``), the robust baseline the ClippedGossip authors
+  counting once, by the smoothed Weiszfeld iteration (from the mean, distances floored at
+  ``WEISZFELD_FLOOR``, until a step moves less than ``WEISZFELD_TOLERANCE`` times 1 + the
+  estimate's norm, or after ``WEISZFELD_STEPS`` steps), the robust baseline the ClippedGossip authors
   compare against (their ``RFA``): a liar moves it by a bounded amount whatever its distance.
 """
 
@@ -33,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 RULES = ("median", "trimmed-mean", "krum", "multi-krum", "clip", "clipped-gossip", "geometric-median")
-WEISZFELD_STEPS = 8
+WEISZFELD_STEPS = 100     # at most; it stops once a step moves less than WEISZFELD_TOLERANCE
+WEISZFELD_TOLERANCE = 1e-6
 WEISZFELD_FLOOR = 1e-6
 
 
@@ -79,7 +81,11 @@ def geometric_median(rows: np.ndarray) -> np.ndarray:
     z = rows.mean(axis=0)
     for _ in range(WEISZFELD_STEPS):
         betas = 1.0 / np.maximum(np.linalg.norm(rows - z, axis=1), WEISZFELD_FLOOR)
-        z = betas @ rows / betas.sum()
+        step = betas @ rows / betas.sum()
+        moved = float(np.linalg.norm(step - z))
+        z = step
+        if moved <= WEISZFELD_TOLERANCE * (1.0 + float(np.linalg.norm(z))):
+            break
     return np.asarray(z)
 
 
