@@ -88,8 +88,10 @@ def perturbation(honest: np.ndarray, deviation: str) -> np.ndarray:
 
 
 def squared_distances(rows: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances between every row of ``rows`` and every row of ``other``."""
-    return np.asarray(np.sum((rows[:, None, :] - other[None, :, :]) ** 2, axis=2))
+    """Squared Euclidean distances between every row of ``rows`` and every row of ``other`` (from
+    their Gram matrix: no rows × rows × values array, whatever the model's size)."""
+    squared = np.sum(rows ** 2, axis=1)[:, None] + np.sum(other ** 2, axis=1)[None, :] - 2.0 * rows @ other.T
+    return np.asarray(np.maximum(squared, 0.0))
 
 
 def min_max(honest: np.ndarray, deviation: str = "std", *, objective: str = "max") -> np.ndarray:
