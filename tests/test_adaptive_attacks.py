@@ -1,7 +1,8 @@
 """Adaptive attacks (ALIE, inner-product manipulation, min-max, min-sum): each sends what its
 definition gives on a hand-checkable neighbourhood, computes it from the liar's own neighbourhood
-only, keeps the attacks' contract, and moves the honest devices' models more than random noise
-of the same norm does, under plain averaging and under the median it aims at."""
+only, keeps the attacks' contract, moves the honest devices' models more than random noise of the
+same norm does, under plain averaging and under the median it aims at, and gets past a defence
+that holds against a naive attack."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from p2pfed.algorithms.adaptive_attacks import alie, alie_z, ipm, liars_among, m
 from p2pfed.algorithms.attacks import Attack, adversarial
 from p2pfed.algorithms.payloads import Received
 from p2pfed.data.synthetic import make_synthetic
+from p2pfed.engine.runner import run_scenario
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.build import adversary_map, build_algorithm
 from p2pfed.scenario.errors import ScenarioError
@@ -143,3 +145,20 @@ def test_each_adaptive_attack_moves_honest_models_more_than_noise_of_the_same_no
         noise = moved(Attack(("same-norm-noise",), custom=(("same-norm-noise", SameNormNoise),),
                              options={"kind": kind}))
         assert aimed > 1.3 * noise, (kind, aimed, noise)
+
+
+def _honest_f1(adversaries: str) -> float:
+    sets = ["algorithm.name=gossip-avg", "rounds=8", "algorithm.robust=multi-krum", "algorithm.byzantine=3",
+            f"adversaries={adversaries}"]
+    summary = run_scenario(load_scenario(SCENARIO, sets), progress=False)
+    assert summary is not None
+    return summary["adversaries"]["honest_f1_mean"]
+
+
+def test_alie_and_min_sum_get_past_multi_krum_that_sets_sign_flipped_models_aside():
+    """Three of twelve devices lie, multi-Krum told of three: sign-flipped models are far from the
+    honest ones and never selected, so the honest devices keep their F1; ALIE's and min-sum's
+    models sit inside the honest spread, are selected, and cost the honest devices F1."""
+    naive = _honest_f1("[{kind: sign-flip, fraction: 0.25, factor: 3}]")
+    assert _honest_f1("[{kind: alie, fraction: 0.25}]") < naive - 0.05
+    assert _honest_f1("[{kind: min-sum, fraction: 0.25}]") < naive - 0.05
