@@ -18,8 +18,8 @@ denominator):
   ``codes/attacks.py``): ``s = ⌊n/2 + 1⌋ - m`` supporters needed, ``z = Φ⁻¹((n - m - s)/(n - m))``
   with ``Φ`` the standard normal distribution function.
 - ``ipm`` (inner-product manipulation, "Fall of Empires: Breaking Byzantine-tolerant SGD by Inner
-  Product Manipulation"): ``-ε·μ``, the honest mean reversed and shrunk, so that the
-  receivers' combination no longer points the honest way.
+  Product Manipulation", Xie, Koyejo and Gupta, UAI 2019, PMLR 115): ``-ε·μ``, the honest mean
+  reversed and shrunk, so that the receivers' combination no longer points the honest way.
 - ``min-max`` / ``min-sum`` ("Manipulating the Byzantine: Optimizing Model Poisoning Attacks and
   Defenses for Federated Learning", Shejwalkar and Houmansadr, NDSS 2021): ``μ - γ·p`` with the
   perturbation ``p`` the ``deviation`` names (``std``: ``σ``; ``unit-vec``: ``μ/‖μ‖``; ``sign``:

@@ -17,16 +17,17 @@ returns the combined row:
   ``clip_norm``, then the weighted mean is taken (a liar moves the result by a bounded amount):
   self-centred clipping at a fixed radius;
 - ``clipped-gossip``: self-centred clipping (ClippedGossip, "Byzantine-Robust Decentralized
-  Learning via ClippedGossip", ICLR 2023) with a radius chosen per fusion from the peers'
-  distances to the own model: the ``f + 1``-th largest (``f`` = ``byzantine``, lowered to the
-  peers but one), so the ``f`` farthest peers are pulled in to the next one's distance. With
-  ``f = 1``, the second largest, the rule of the authors' public implementation
-  (``epfml/byzantine-robust-decentralized-optimizer``) when no radius is given;
+  Learning via ClippedGossip", He, Karimireddy and Jaggi, ICLR 2023) with a radius chosen per
+  fusion from the peers' distances to the own model: the ``f + 1``-th largest (``f`` =
+  ``byzantine``, lowered to the peers but one), so the ``f`` farthest peers are pulled in to the
+  next one's distance. With ``f = 1``, the second largest, the rule of the authors' public
+  implementation (``epfml/byzantine-robust-decentralized-optimizer``) when no radius is given;
 - ``geometric-median``: the point minimising the sum of Euclidean distances to the models, each
   counting once, by the smoothed Weiszfeld iteration (from the mean, distances floored at
   ``WEISZFELD_FLOOR``, until a step moves less than ``WEISZFELD_TOLERANCE`` times 1 + the
-  estimate's norm, or after ``WEISZFELD_STEPS`` steps), the robust baseline the ClippedGossip authors
-  compare against (their ``RFA``): a liar moves it by a bounded amount whatever its distance.
+  estimate's norm, or after ``WEISZFELD_STEPS`` steps), the robust baseline the ClippedGossip
+  authors compare against (their ``RFA``): a liar moves it by a bounded amount whatever its
+  distance.
 """
 
 from __future__ import annotations
