@@ -27,12 +27,16 @@ adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts 
   taken on trust, so a receiver caches it as that device's artifact, and one liar counts as
   several in every fusion that counts peers (a median's majority, a cluster's members); signed,
   each forged copy fails its claimed owner's signature and is refused.
+- ``alie``, ``ipm``, ``min-max``, ``min-sum`` (adaptive model poisoning): every model float array
+  it shares (prototypes aside) replaced by a model computed from its own honest share and its
+  neighbours' newest shares of the same part, aimed at the robust rules
+  (``adaptive_attacks.py``, where each is defined).
 
 An attack of the user's own (``attacker.Attacker``, named ``file.py:Class``, ``module:Class`` or
 by its ``p2pfed.attacks`` entry point) turns the device's parts, after the shipped kinds it is
 combined with, into what it sends.
 
-Model attacks, prototype and subnetwork poisoning, free-riding and the user's attacks act from
+Model attacks (the adaptive ones too), prototype and subnetwork poisoning, free-riding and the user's attacks act from
 ``start_round``.
 Integer and boolean arrays (masks, indices, counts) are never changed: the messages stay well
 formed.
@@ -48,12 +52,14 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from p2pfed.algorithms.adaptive_attacks import ADAPTIVE_KINDS, neighbourhood_poisoned
 from p2pfed.algorithms.attacker import Attacker
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 from p2pfed.algorithms.payloads import RELAY_KEY
 from p2pfed.learning.units import unit_layers
 
-KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride", "sybil")
+KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride", "sybil",
+         *ADAPTIVE_KINDS)
 MODEL_KINDS = ("sign-flip", "scale", "noise")
 PROTOTYPES = "prototypes"   # the tensor name of shared class prototypes (FedSub, prototype sharing)
 
@@ -72,6 +78,10 @@ class Attack:
     toward: str = "peers"
     victim: int | None = None
     identities: tuple[int, ...] = ()   # sybil: the other devices' ids it speaks for (chosen per device)
+    z: float | None = None         # alie: the shift in standard deviations (None: from the neighbourhood)
+    epsilon: float = 0.1           # ipm: the honest mean's factor, reversed
+    deviation: str = "std"         # min-max, min-sum: the perturbation's direction
+    liar_share: float = 0.0        # the share of all devices its entry made liars (alie's expected liars)
     custom: tuple[tuple[str, type[Attacker]], ...] = ()   # the user's attacks among ``kinds``, resolved
     options: dict[str, Any] = field(default_factory=dict)   # the user's attacks' options
 
@@ -125,16 +135,7 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
             return parts[0] if isinstance(shared, Payload) and len(parts) == 1 else parts
 
         def _poisoned(self, payload: Payload) -> Payload:
-            tensors = dict(payload.tensors)
-            for kind in kinds:
-                if kind == "prototype-shift":
-                    tensors = shifted_prototypes(payload, tensors, attack, self.cache.values())
-                elif kind == "subnetwork-poison":
-                    tensors = class_poisoned(payload, tensors, attack, self.ctx.model)
-                elif kind in MODEL_KINDS:
-                    tensors = {name: model_poisoned(kind, array, attack, self.attack_rng)
-                               if name != PROTOTYPES else array for name, array in tensors.items()}
-            return Payload(dict(payload.meta), tensors)
+            return poisoned(payload, attack, self.attack_rng, list(self.cache.values()), self.ctx.model)
 
         def state_dict(self) -> dict[str, Any]:
             return {**super().state_dict(), "attack_rng": json.dumps(self.attack_rng.bit_generator.state),
@@ -148,6 +149,26 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
 
     Adversary.__name__ = Adversary.__qualname__ = f"Adversarial{cls.__name__}"
     return Adversary
+
+
+def poisoned(payload: Payload, attack: Attack, rng: np.random.Generator, cached: list[Received],
+             model: nn.Module) -> Payload:
+    """``payload`` as the shipped kinds of ``attack`` send it, each acting in turn; ``cached``: the
+    device's neighbours' newest shares, ``model``: its own."""
+    tensors = dict(payload.tensors)
+    for kind in attack.kinds:
+        if kind == "prototype-shift":
+            tensors = shifted_prototypes(payload, tensors, attack, cached)
+        elif kind == "subnetwork-poison":
+            tensors = class_poisoned(payload, tensors, attack, model)
+        elif kind in ADAPTIVE_KINDS:
+            tensors = neighbourhood_poisoned(
+                kind, payload.meta.get("part", "whole"), tensors, cached, skip=(PROTOTYPES,),
+                z=attack.z, epsilon=attack.epsilon, deviation=attack.deviation, liar_share=attack.liar_share)
+        elif kind in MODEL_KINDS:
+            tensors = {name: model_poisoned(kind, array, attack, rng) if name != PROTOTYPES else array
+                       for name, array in tensors.items()}
+    return Payload(dict(payload.meta), tensors)
 
 
 def _check_kinds(cls: type[Algorithm], attack: Attack) -> None:

@@ -84,7 +84,8 @@ def adversary_map(loaded: RunSpec, num_devices: int, num_classes: int) -> dict[i
     rng = stream(loaded.scenario.seed, "adversaries")
     for i, spec in enumerate(loaded.scenario.adversaries):
         attack = Attack(spec.kinds, spec.start_round, spec.factor, spec.noise_std, spec.source_class, spec.target_class,
-                        spec.shift, spec.toward, spec.victim,
+                        spec.shift, spec.toward, spec.victim, z=spec.z, epsilon=spec.epsilon,
+                        deviation=spec.deviation,
                         custom=tuple((k, loaded.attacks[k]) for k in spec.kinds if k in loaded.attacks),
                         options=dict(spec.options))
         if spec.victim is not None and spec.victim >= num_devices:
@@ -105,6 +106,7 @@ def adversary_map(loaded: RunSpec, num_devices: int, num_classes: int) -> dict[i
             free = [d for d in range(num_devices) if d not in chosen]
             count = min(len(free), max(1, round(spec.fraction * num_devices)))
             ids = sorted(int(d) for d in rng.choice(free, size=count, replace=False))
+        attack = replace(attack, liar_share=len(ids) / num_devices)
         for d in ids:
             if "sybil" in attack.kinds:   # each sybil speaks for its own draw of the other devices
                 others = [x for x in range(num_devices) if x != d]

@@ -491,7 +491,7 @@ class ChurnSection(Section):
 
 
 AttackKind = Literal["label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride",
-                     "sybil"]
+                     "sybil", "alie", "ipm", "min-max", "min-sum"]
 ATTACK_KINDS: tuple[str, ...] = get_args(AttackKind)
 AttackName = AttackKind | str   # a shipped kind, or a user's attack (resolved when the scenario loads)
 
@@ -507,7 +507,11 @@ class AdversarySection(Section):
         "prototype `shift` of the way toward the goal `toward` names; `subnetwork-poison`: the rows of "
         "`target_class`'s own units times -`factor` (methods with class subnetworks); `free-ride`: never trains, "
         "fuses and shares what it holds; `sybil`: also sends its share as copies carried for `identities` other "
-        "devices (needs `forwarding.enabled`; each such copy is refused while `security.sign_artifacts` is on). Or "
+        "devices (needs `forwarding.enabled`; each such copy is refused while `security.sign_artifacts` is on). "
+        "Adaptive, each computed from the liar's own share and its neighbours' newest shares: `alie` sends their "
+        "mean minus `z` standard deviations; `ipm`, their mean times -`epsilon`; `min-max` / `min-sum`, their mean "
+        "minus the largest multiple of the `deviation` that keeps its largest (summed) squared distance to them "
+        "within theirs to each other. Or "
         "an attack of your own: `path/to/file.py:Class` (relative to the scenario's folder), `module:Class`, or an "
         "installed package's `p2pfed.attacks` entry point, a subclass of `p2pfed.algorithms.Attacker`."))
     devices: list[int] | None = Field(default=None, description=(
@@ -536,6 +540,13 @@ class AdversarySection(Section):
         "`prototype-shift` with `toward: device`: whose prototypes (required there, refused elsewhere)."))
     identities: int = Field(default=3, ge=1, description=(
         "`sybil`: how many other devices' ids (drawn from the seed) it also sends its share under."))
+    z: float | None = Field(default=None, description=(
+        "`alie`: the shift in standard deviations; null: derived from the neighbourhood's size and the liars "
+        "expected in it (the entry's share of the devices)."))
+    epsilon: float = Field(default=0.1, gt=0, description="`ipm`: the factor of the reversed honest mean.")
+    deviation: Literal["std", "unit-vec", "sign"] = Field(default="std", description=(
+        "`min-max` and `min-sum`: the perturbation subtracted from the honest mean: their coordinate-wise standard "
+        "deviation, the mean's unit vector, or its sign."))
     options: dict[str, Any] = Field(default_factory=dict, description=(
         "An attack of your own: the options its class is given (`self.options`); the shipped kinds take none."))
 
@@ -562,6 +573,9 @@ class AdversarySection(Section):
                              "prototype-shift toward class")
         if ("prototype-shift" in kinds and self.toward == "device") != (self.victim is not None):
             raise ValueError("adversaries: victim goes with prototype-shift toward device, and only with it")
+        for key, owners in (("z", ("alie",)), ("epsilon", ("ipm",)), ("deviation", ("min-max", "min-sum"))):
+            if key in self.model_fields_set and not set(owners) & set(kinds):
+                raise ValueError(f"adversaries: {key} is {' and '.join(owners)}'s, not {'+'.join(kinds)}'s")
         if self.target_class is not None and not needs_target and "label-flip" not in kinds:
             raise ValueError(f"adversaries: target_class means nothing to {'+'.join(kinds)}")
         return self
