@@ -209,7 +209,7 @@ def test_head_layers_on_a_cnn_is_refused_in_one_line():
 
 # -- the method contract on a CNN -----------------------------------------------------------------------
 @pytest.mark.slow   # 10-20 s each
-@pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed", "fedali", "fedper", "fedrep"])
+@pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed", "fedali", "fedper", "fedrep", "lg-fedavg", "fedbn"])
 def test_each_method_keeps_the_contract_on_a_cnn(name):
     """The contract suite (malformed payloads refused, seeded numbers, state round trips, ...) on a
     1-D CNN of two blocks over the suite's 6-feature rows (16 and 32 channels: with fewer, the
