@@ -375,3 +375,39 @@ def test_generalization_columns_survive_a_checkpoint_restart(tmp_path):
     resumed = run_scenario(loaded(), tmp_path / "resumed", progress=False, checkpointing=Checkpointing(ckpt.path))
     assert resumed["final"] == whole["final"]
     assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
+
+
+def test_adam_training_is_torchs_adam_step_for_step():
+    from p2pfed.learning.training import TrainingConfig, train_epochs
+    torch.manual_seed(0)
+    x, y = torch.randn(20, 5), torch.randint(0, 3, (20,))
+    ours = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    reference = copy.deepcopy(ours)
+    config = TrainingConfig(epochs=2, batch_size=8, lr=0.01, weight_decay=0.001, optimizer="adam")
+    train_epochs(ours, x, y, config, torch.Generator().manual_seed(1))
+    adam, order_stream = torch.optim.Adam(reference.parameters(), lr=0.01, weight_decay=0.001), torch.Generator()
+    order_stream.manual_seed(1)
+    for _ in range(2):
+        order = torch.randperm(20, generator=order_stream)
+        for start in range(0, 20, 8):
+            idx = order[start:start + 8]
+            adam.zero_grad()
+            F.cross_entropy(reference(x[idx]), y[idx]).backward()
+            adam.step()
+    for a, b in zip(ours.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a, b) and a.grad is None
+    sgd = copy.deepcopy(reference)
+    train_epochs(sgd, x, y, TrainingConfig(lr=0.01), torch.Generator().manual_seed(1))
+    assert not torch.equal(next(sgd.parameters()), next(reference.parameters()))
+
+
+def test_fedali_trains_with_adam_when_asked_and_reports_its_plan(tmp_path):
+    loaded = load_scenario(SCENARIO, [*SMALL, "rounds=2", "algorithm.optimizer=adam", "training.lr=0.001"])
+    algo = build_algorithms(loaded, loaded.federation)[0]
+    job = algo.train(0)
+    assert job.config.optimizer == "adam" and not job.plain
+    plain = build_algorithms(load_scenario(SCENARIO, [*SMALL, "rounds=2"]), loaded.federation)[0]
+    assert plain.train(0).config.optimizer == "sgd"
+    run_scenario(loaded, tmp_path, progress=False)
+    stats = json.loads((tmp_path / "summary.json").read_text())["algorithm_stats"]
+    assert 0 <= stats["plan_marginal_error"] < 1 and stats["local_prototype_movement"] > 0
