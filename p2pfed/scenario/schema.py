@@ -158,7 +158,8 @@ class ModelSection(Section):
         "`mlp`: a learnable scaling factor, starting at 1, on every hidden unit's ReLU output (the per-unit factors "
         "Network Slimming ranks). SAFL adds them whatever this says; other methods treat them as ordinary parameters."))
     options: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments of your own factory or of `cnn` (`shape`, `channels`, `kernel`); refused with `mlp`."))
+        "Keyword arguments of your own factory or of `cnn` (`shape`, `channels`, `kernel`, `batch_norm`); refused "
+        "with `mlp`."))
 
     @model_validator(mode="after")
     def _positive(self) -> ModelSection:
