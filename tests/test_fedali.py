@@ -22,6 +22,7 @@ from p2pfed.algorithms.fedali.alignment import ALPLayer, kmeans_prototypes, marg
 from p2pfed.learning.training import evaluate
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, build_algorithms
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import Federation, fuse_once, train_once
 from tests.compare_runs import keeps_local_gain, run_from_start
@@ -401,13 +402,27 @@ def test_adam_training_is_torchs_adam_step_for_step():
     assert not torch.equal(next(sgd.parameters()), next(reference.parameters()))
 
 
-def test_fedali_trains_with_adam_when_asked_and_reports_its_plan(tmp_path):
-    loaded = load_scenario(SCENARIO, [*SMALL, "rounds=2", "algorithm.optimizer=adam", "training.lr=0.001"])
+@pytest.mark.parametrize("method", ["fedali", "fedpews"])
+def test_training_optimizer_adam_trains_every_device_with_adam(tmp_path, method):
+    """FedAli's paper trains every method with Adam (Sec. 5.1): FedAli's aligned network through
+    its job, FedPeWS through its own masked steps."""
+    adam = [*SMALL, "rounds=2", f"algorithm.name={method}", "training.optimizer=adam", "training.lr=0.001"]
+    if method == "fedpews":
+        adam = [*(a for a in adam if not a.startswith("algorithm.prototypes")), "algorithm.warmup_rounds=1"]
+    loaded = load_scenario(SCENARIO, adam)
     algo = build_algorithms(loaded, loaded.federation)[0]
-    job = algo.train(0)
-    assert job.config.optimizer == "adam" and not job.plain
-    plain = build_algorithms(load_scenario(SCENARIO, [*SMALL, "rounds=2"]), loaded.federation)[0]
-    assert plain.train(0).config.optimizer == "sgd"
-    run_scenario(loaded, tmp_path, progress=False)
-    stats = json.loads((tmp_path / "summary.json").read_text())["algorithm_stats"]
-    assert 0 <= stats["plan_marginal_error"] < 1 and stats["local_prototype_movement"] > 0
+    assert algo.ctx.training.optimizer == "adam"
+    if method == "fedali":
+        job = algo.train(0)
+        assert job.config.optimizer == "adam" and not job.plain
+    summary = run_scenario(loaded, tmp_path, progress=False)
+    sgd = run_scenario(load_scenario(SCENARIO, [a for a in adam if "optimizer" not in a]), tmp_path / "sgd",
+                       progress=False)
+    assert summary["final"]["loss_mean"] != sgd["final"]["loss_mean"]
+    if method == "fedali":
+        assert 0 <= summary["algorithm_stats"]["plan_marginal_error"] < 1
+
+
+def test_adam_refuses_sgds_momentum_in_one_line():
+    with pytest.raises(ScenarioError, match="training.momentum: SGD's momentum; with optimizer: adam leave it at 0"):
+        load_scenario(SCENARIO, [*SMALL, "training.optimizer=adam", "training.momentum=0.9"])

@@ -45,7 +45,7 @@ class TrainingConfig:
     lr: float = 0.05
     momentum: float = 0.0
     weight_decay: float = 0.0
-    optimizer: str = "sgd"   # or "adam": a method's choice (FedAli's ``optimizer``), not a scenario field
+    optimizer: str = "sgd"   # or "adam"
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,8 @@ inference aligns to P_local (Eq. 3), and the authors' released code scores each 
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -62,10 +61,6 @@ class FedAliOptions(Options):
         "The local prototypes restart from the new global ones when the first training after a fusion starts (Sec. "
         "4); until then the model aligns to the personal prototypes its last training left. false: they are never "
         "reset."))
-    optimizer: Literal["sgd", "adam"] = Field("sgd", description=(
-        "The local optimiser: `sgd` (`training.lr`, `momentum`, `weight_decay`) or `adam`, as the paper trains (Sec. "
-        "5.1: Adam at learning rate 1e-4, set by `training.lr`; torch's default betas; `training.weight_decay` as "
-        "Adam's L2 term; its moments start afresh every round, as momentum does)."))
     hidden_layer: int | None = Field(None, ge=1, description=(
         "The hidden layer whose ReLU output is aligned, 1 = first (the MLP only); null: the last, the embedding the "
         "head reads."))
@@ -133,10 +128,7 @@ class FedAli(Algorithm[FedAliOptions]):
                 "plan_marginal_error": self.alp.last_marginal_error,
                 "global_prototypes_assigned": float(len(self.alp.last_global_used)),
             })
-        job = self.training_job(model=self.net, then=measure)
-        if self.options.optimizer == "sgd":
-            return job
-        return dataclasses.replace(job, config=dataclasses.replace(job.config, optimizer=self.options.optimizer))
+        return self.training_job(model=self.net, then=measure)
 
     def share(self, round: int) -> Payload:
         payload = model_payload(self.net, self.ctx.num_samples, self.weights)
