@@ -6,6 +6,7 @@ from the committed results. No simulation runs."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from p2pfed.algorithms import ALGORITHMS
+from p2pfed.learning.cnn import make_cnn
 from p2pfed.scenario.fields import METHODS_PREFIX, scenario_fields
 from p2pfed.scenario.loader import load_scenario
 
@@ -70,6 +72,15 @@ def test_design_names_only_existing_fields_and_methods(path: Path) -> None:
         assert entry["paper"] and entry["read"], f"{path.name}: {entry['name']} needs its paper and what was read"
     assert not added_methods & set(ALGORITHMS), "a method to add exists now: move it out of to_add"
     assert not {f for f in added_fields if f in fields}, "a field to add exists now: move it out of to_add"
+    for entry in design.get("added", []):   # shipped for the study: it exists, and says what was read
+        assert entry["paper"] and entry["read"], f"{path.name}: {entry['name']} needs its paper and what was read"
+        name = entry["name"]
+        if entry["kind"] == "method":
+            assert name in ALGORITHMS, f"{path.name}: added method {name} is not registered"
+        elif entry["kind"] == "cnn option":
+            assert name.rpartition(".")[2] in inspect.signature(make_cnn).parameters, name
+        else:
+            assert name in fields, f"{path.name}: added field {name} is not a scenario field"
 
 
 def _arm_values(design: dict[str, Any], method: str, arm_set: dict[str, Any]) -> dict[str, Any]:
