@@ -194,3 +194,37 @@ def test_every_quote_is_in_its_paper() -> None:
             found = text.find(fragment, at)
             assert found >= 0, f"{where}: not in {paper}: {fragment[:60]!r}"
             at = found + len(fragment)
+
+
+def _sweeps_module() -> Any:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("study_sweeps", ROOT / "bench" / "study_sweeps.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return module
+
+
+def test_committed_sweeps_are_the_generated_ones():
+    generated = {path: text for design in DESIGNS for path, text in _sweeps_module().sweeps(design).items()}
+    stale = [path.name for path, text in generated.items() if not path.is_file() or path.read_text() != text]
+    assert not stale, f"run python bench/study_sweeps.py: {stale}"
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_each_study_sweeps_every_arm_once_in_every_scenario(path: Path) -> None:
+    """At one seed, the study's sweep files run one distinct cell per arm and scenario: no arm is
+    left out, none runs twice, and every cell validates as a scenario."""
+    from p2pfed.sweeps.cells import expand
+    from p2pfed.sweeps.spec import read_sweep
+
+    design = _read(path)
+    cells = set()
+    for sweep in _sweeps_module().sweeps(path):
+        points = expand(read_sweep(sweep, seeds=[1]))
+        cells |= {p.cell.id for p in points}
+        assert len({p.cell.id for p in points}) == len(points), f"{sweep.name}: two points run one cell"
+    assert len(cells) == len(design["arms"]) * len(design["scenarios"])
