@@ -219,6 +219,6 @@ def test_each_method_keeps_the_contract_on_a_cnn(name):
     from p2pfed.testing import check_algorithm
 
     options = {"fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2}, "fedali": {"prototypes": 4},
-               "fedrep": {"head_epochs": 1}}.get(name, {})
+               "fedrep": {"head_epochs": 1}, "lg-fedavg": {"fedavg_rounds": 2}}.get(name, {})
     model = make_cnn(6, 3, torch.Generator().manual_seed(0), channels=[16, 32])
     check_algorithm(ALGORITHMS[name], options, model=model)

@@ -15,7 +15,7 @@ from p2pfed.testing import ContractError, check_algorithm, parametrize_with_chec
 OPTIONS = {"fedhome": {"fine_tune_rounds": 2}, "fedclar": {"cluster_round": 1, "fine_tune_rounds": 1},
            "safl": {"target_rate": 0.2}, "fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2},
            "fedali": {"prototypes": 4}, "fedsub": {"kmeans_n_init": 1},
-           "lg-fedavg": {"global_layers": 2}}   # the head alone is too small for the wire-precision check
+           "lg-fedavg": {"global_layers": 2, "fedavg_rounds": 2}}   # the head alone: too small for the precision check
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

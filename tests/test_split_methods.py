@@ -29,15 +29,16 @@ SMALL = [f"rounds={ROUNDS}", f"dataset.partition.num_devices={DEVICES}", "topolo
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _after_fusions(method: str, *extra: str) -> tuple[list, list[dict[str, torch.Tensor]]]:
-    """Each device's model state (parameters and batch-norm statistics) right after its last fusion."""
+def _after_fusions(method: str, *extra: str, at: int = ROUNDS - 1) -> tuple[list, list[dict[str, torch.Tensor]]]:
+    """Each device's model state (parameters and batch-norm statistics) right after its fusion in
+    round ``at`` (the last by default)."""
     loaded = load_scenario(SCENARIO, [*SMALL, f"algorithm.name={method}", *extra])
     algos = build_algorithms(loaded, loaded.federation)
     after: list[dict[str, torch.Tensor]] = [{} for _ in algos]
     for i, a in enumerate(algos):
         def spy(fresh, round, now, a=a, i=i, fuse=a.fuse):
             job = fuse(fresh, round, now)
-            if isinstance(job, FusionJob):
+            if isinstance(job, FusionJob) and round == at:
                 job.then.append(lambda: after[i].update({k: v.clone() for k, v in a.ctx.model.state_dict().items()}))
             return job
         a.fuse = spy
@@ -62,6 +63,17 @@ def test_lg_fedavg_keeps_the_local_representation_and_pulls_the_global_layers_to
     assert _spread(after, local) > 1e-3
 
 
+def test_lg_fedavg_starts_from_fedavg_rounds_averaging_the_whole_model():
+    """The authors' code starts LG-FedAvg from a FedAvg-trained model: in the FedAvg rounds the
+    local layers are averaged too (one model over the complete graph), afterwards no more."""
+    fedavg = ("algorithm.global_layers=2", "algorithm.fedavg_rounds=2")
+    algos, after = _after_fusions("lg-fedavg", *fedavg, at=1)
+    assert _spread(after, algos[0].kept) < 1e-5 and _spread(after, algos[0].shared) < 1e-5
+    algos, after = _after_fusions("lg-fedavg", *fedavg, at=2)
+    assert _spread(after, algos[0].kept) > 1e-3 and _spread(after, algos[0].shared) < 1e-5
+    assert [a.stats()["fusions_changing_local"] for a in algos] == [1] * DEVICES   # round 1's; round 0 has no peers
+
+
 def test_fedbn_keeps_batch_norm_local_and_averages_the_rest():
     algos, after = _after_fusions("fedbn")
     bn = batch_norm_names(algos[0].ctx.model)
@@ -80,7 +92,9 @@ def test_summary_counts_the_fusions_that_changed_each_part(tmp_path, method, sha
     assert 0 < stats[f"{kept}_parameter_fraction"] < 1
 
 
-def test_too_many_global_layers_are_refused_in_one_line():
+def test_too_many_global_layers_or_fedavg_rounds_are_refused_in_one_line():
     with pytest.raises(ScenarioError, match="algorithm.global_layers: 3 leaves no local layer in a 3-layer model"):
         load_scenario(SCENARIO, [*SMALL, "algorithm.name=lg-fedavg", "model.name=mlp", "model.options={}",
                                  "model.hidden=[8, 8]", "algorithm.global_layers=3"])
+    with pytest.raises(ScenarioError, match=f"algorithm.fedavg_rounds: {ROUNDS} leaves no LG-FedAvg round"):
+        load_scenario(SCENARIO, [*SMALL, "algorithm.name=lg-fedavg", f"algorithm.fedavg_rounds={ROUNDS}"])

@@ -39,8 +39,11 @@ class SplitGossip(GossipAvg[SplitOptionsT]):
         return self.shared
 
     def fuse(self, fresh: list[Received], round: int, now: float) -> FusionWork:
-        job = super().fuse(fresh, round, now)
-        if isinstance(job, FusionJob):   # count, once the fused values are in, which part they changed
+        return self.counted(super().fuse(fresh, round, now))
+
+    def counted(self, job: FusionWork) -> FusionWork:
+        """``job``, counting once its fused values are in which part they changed."""
+        if isinstance(job, FusionJob):
             before = snapshot(self.ctx.model)
             job.then.append(lambda: self._count_moved(before))
         return job
