@@ -104,7 +104,7 @@ def test_the_suite_catches_unchecked_payloads_and_unseeded_randomness():
 
 
 TAKE_ANY_MODEL = ["gossip-avg", "fedprox", "ditto", "fedclar", "fedper", "fedrep", "fedproto", "protohar", "fedali",
-                  "fedhome", "local"]
+                  "fedhome", "local", "fedbn"]
 
 
 @pytest.mark.parametrize("name", TAKE_ANY_MODEL)

@@ -98,3 +98,12 @@ def test_too_many_global_layers_or_fedavg_rounds_are_refused_in_one_line():
                                  "model.hidden=[8, 8]", "algorithm.global_layers=3"])
     with pytest.raises(ScenarioError, match=f"algorithm.fedavg_rounds: {ROUNDS} leaves no LG-FedAvg round"):
         load_scenario(SCENARIO, [*SMALL, "algorithm.name=lg-fedavg", f"algorithm.fedavg_rounds={ROUNDS}"])
+
+
+def test_lg_fedavg_refuses_a_model_without_layers_naming_it():
+    from p2pfed.testing import make_algorithms
+    from p2pfed.testing.checks import default_dataset
+
+    plain = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    with pytest.raises(ValueError, match="declares no layers \\(unit_layer_params\\): lg-fedavg needs them"):
+        make_algorithms("lg-fedavg", default_dataset(), model=plain)
