@@ -91,6 +91,10 @@ def design_page(path: Path) -> str:
     if design.get("to_add"):
         out += ["", "## To add before the run", ""]
         out += [f"- `{t['name']}` ({t['kind']}): {t['paper']}. Read: {t['read']}." for t in design["to_add"]]
+    if design.get("added"):
+        out += ["", "## Added to p2pfed for this study", ""]
+        out += [f"- `{t['name']}` ({t['kind']}): {t['paper']}. Read: {t['read']}."
+                + (f" {t['note']}." if "note" in t else "") for t in design["added"]]
     out += _declarations(design)
     out += ["", "## Departures from the paper, declared", ""] + [f"- {d}" for d in design.get("departures", [])]
     out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]

@@ -157,7 +157,7 @@ def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_roo
         batchable[name] = job is not None and job.batchable()
     # FedProto's pull needs averaged prototypes: before any arrive (round 0) its training is plain
     assert {n for n, b in batchable.items() if b} == {"local", "gossip-avg", "fedsub", "fedclar", "fedhome", "ditto",
-                                                       "fedper", "fedproto"}
+                                                       "fedper", "fedproto", "lg-fedavg", "fedbn"}
     # FedCLAR's clustered update, kept by its job's ``then`` after the batched training, is what
     # the training changed
     algos = build_algorithms(with_algorithm(loaded, "fedclar"), dataset)

@@ -13,6 +13,7 @@ from torch import nn
 
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN, make_cnn
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "digits-cnn.yaml"
@@ -34,6 +35,29 @@ def test_the_cnn_views_flat_rows_as_images_or_windows():
         CNN(64, 10, [2, 8, 8], [4], 3)
     with pytest.raises(ValueError, match="kernel a positive odd size"):
         CNN(64, 10, [1, 8, 8], [4], 2)
+
+
+def test_batch_norm_false_leaves_batch_norm_out_and_keeps_the_blocks_layout():
+    """SAFL's paper runs its FedAvg baseline on its CNN without the batch-norm layers."""
+    with_bn = make_cnn(64, 10, torch.Generator(), shape=[1, 8, 8], channels=[4, 8])
+    without = make_cnn(64, 10, torch.Generator(), shape=[1, 8, 8], channels=[4, 8], batch_norm=False)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in without.modules())
+    assert {n for n, _ in without.named_parameters()} == {n for n, _ in with_bn.named_parameters()
+                                                          if not n.startswith(("body.1.", "body.5."))}
+    assert without.unit_layer_params() == [("body.0.weight", "body.0.bias"), ("body.4.weight", "body.4.bias"),
+                                           ("head.weight", "head.bias")]
+    assert without(torch.randn(3, 64)).shape == (3, 10) and not list(without.buffers())
+    with pytest.raises(ValueError, match="model.options.batch_norm must be true or false, got 'no'"):
+        make_cnn(64, 10, torch.Generator(), batch_norm="no")
+
+
+def test_gossip_avg_and_fedsub_lrp_run_a_cnn_without_batch_norm_and_safl_refuses_it():
+    off = [*SMALL, "rounds=2", "model.options.batch_norm=false"]
+    for method in (["algorithm.name=gossip-avg"], ["algorithm.name=fedsub", "algorithm.extraction=lrp-a1b0"]):
+        summary = run_scenario(load_scenario(SCENARIO, [*off, *method]), progress=False)
+        assert summary is not None and summary["final"]["f1_macro_mean"] > 0
+    with pytest.raises(ScenarioError, match="model.options.batch_norm: SAFL prunes a CNN.s channels by their"):
+        load_scenario(SCENARIO, [*off, "algorithm.name=safl", "algorithm.target_rate=0.1"])
 
 
 def test_methods_that_take_any_model_run_it():

@@ -209,7 +209,7 @@ def test_head_layers_on_a_cnn_is_refused_in_one_line():
 
 # -- the method contract on a CNN -----------------------------------------------------------------------
 @pytest.mark.slow   # 10-20 s each
-@pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed", "fedali", "fedper", "fedrep"])
+@pytest.mark.parametrize("name", ["fedpews", "fedpews-fixed", "fedali", "fedper", "fedrep", "lg-fedavg", "fedbn"])
 def test_each_method_keeps_the_contract_on_a_cnn(name):
     """The contract suite (malformed payloads refused, seeded numbers, state round trips, ...) on a
     1-D CNN of two blocks over the suite's 6-feature rows (16 and 32 channels: with fewer, the
@@ -219,6 +219,6 @@ def test_each_method_keeps_the_contract_on_a_cnn(name):
     from p2pfed.testing import check_algorithm
 
     options = {"fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2}, "fedali": {"prototypes": 4},
-               "fedrep": {"head_epochs": 1}}.get(name, {})
+               "fedrep": {"head_epochs": 1}, "lg-fedavg": {"fedavg_rounds": 2}}.get(name, {})
     model = make_cnn(6, 3, torch.Generator().manual_seed(0), channels=[16, 32])
     check_algorithm(ALGORITHMS[name], options, model=model)

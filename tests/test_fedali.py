@@ -22,6 +22,7 @@ from p2pfed.algorithms.fedali.alignment import ALPLayer, kmeans_prototypes, marg
 from p2pfed.learning.training import evaluate
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.build import build_algorithm, build_algorithms
+from p2pfed.scenario.errors import ScenarioError
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.testing import Federation, fuse_once, train_once
 from tests.compare_runs import keeps_local_gain, run_from_start
@@ -375,3 +376,53 @@ def test_generalization_columns_survive_a_checkpoint_restart(tmp_path):
     resumed = run_scenario(loaded(), tmp_path / "resumed", progress=False, checkpointing=Checkpointing(ckpt.path))
     assert resumed["final"] == whole["final"]
     assert (tmp_path / "resumed" / "rounds.csv").read_text() == (tmp_path / "whole" / "rounds.csv").read_text()
+
+
+def test_adam_training_is_torchs_adam_step_for_step():
+    from p2pfed.learning.training import TrainingConfig, train_epochs
+    torch.manual_seed(0)
+    x, y = torch.randn(20, 5), torch.randint(0, 3, (20,))
+    ours = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    reference = copy.deepcopy(ours)
+    config = TrainingConfig(epochs=2, batch_size=8, lr=0.01, weight_decay=0.001, optimizer="adam")
+    train_epochs(ours, x, y, config, torch.Generator().manual_seed(1))
+    adam, order_stream = torch.optim.Adam(reference.parameters(), lr=0.01, weight_decay=0.001), torch.Generator()
+    order_stream.manual_seed(1)
+    for _ in range(2):
+        order = torch.randperm(20, generator=order_stream)
+        for start in range(0, 20, 8):
+            idx = order[start:start + 8]
+            adam.zero_grad()
+            F.cross_entropy(reference(x[idx]), y[idx]).backward()
+            adam.step()
+    for a, b in zip(ours.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a, b) and a.grad is None
+    sgd = copy.deepcopy(reference)
+    train_epochs(sgd, x, y, TrainingConfig(lr=0.01), torch.Generator().manual_seed(1))
+    assert not torch.equal(next(sgd.parameters()), next(reference.parameters()))
+
+
+@pytest.mark.parametrize("method", ["fedali", "fedpews"])
+def test_training_optimizer_adam_trains_every_device_with_adam(tmp_path, method):
+    """FedAli's paper trains every method with Adam (Sec. 5.1): FedAli's aligned network through
+    its job, FedPeWS through its own masked steps."""
+    adam = [*SMALL, "rounds=2", f"algorithm.name={method}", "training.optimizer=adam", "training.lr=0.001"]
+    if method == "fedpews":
+        adam = [*(a for a in adam if not a.startswith("algorithm.prototypes")), "algorithm.warmup_rounds=1"]
+    loaded = load_scenario(SCENARIO, adam)
+    algo = build_algorithms(loaded, loaded.federation)[0]
+    assert algo.ctx.training.optimizer == "adam"
+    if method == "fedali":
+        job = algo.train(0)
+        assert job.config.optimizer == "adam" and not job.plain
+    summary = run_scenario(loaded, tmp_path, progress=False)
+    sgd = run_scenario(load_scenario(SCENARIO, [a for a in adam if "optimizer" not in a]), tmp_path / "sgd",
+                       progress=False)
+    assert summary["final"]["loss_mean"] != sgd["final"]["loss_mean"]
+    if method == "fedali":
+        assert 0 <= summary["algorithm_stats"]["plan_marginal_error"] < 1
+
+
+def test_adam_refuses_sgds_momentum_in_one_line():
+    with pytest.raises(ScenarioError, match="training.momentum: SGD's momentum; with optimizer: adam leave it at 0"):
+        load_scenario(SCENARIO, [*SMALL, "training.optimizer=adam", "training.momentum=0.9"])

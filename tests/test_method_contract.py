@@ -14,7 +14,8 @@ from p2pfed.testing import ContractError, check_algorithm, parametrize_with_chec
 # Options that let a six-round run reach each method's later phases.
 OPTIONS = {"fedhome": {"fine_tune_rounds": 2}, "fedclar": {"cluster_round": 1, "fine_tune_rounds": 1},
            "safl": {"target_rate": 0.2}, "fedpews": {"warmup_rounds": 2}, "fedpews-fixed": {"warmup_rounds": 2},
-           "fedali": {"prototypes": 4}, "fedsub": {"kmeans_n_init": 1}}
+           "fedali": {"prototypes": 4}, "fedsub": {"kmeans_n_init": 1},
+           "lg-fedavg": {"global_layers": 2, "fedavg_rounds": 2}}   # the head alone: too small for the precision check
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -103,7 +104,7 @@ def test_the_suite_catches_unchecked_payloads_and_unseeded_randomness():
 
 
 TAKE_ANY_MODEL = ["gossip-avg", "fedprox", "ditto", "fedclar", "fedper", "fedrep", "fedproto", "protohar", "fedali",
-                  "fedhome", "local"]
+                  "fedhome", "local", "fedbn"]
 
 
 @pytest.mark.parametrize("name", TAKE_ANY_MODEL)

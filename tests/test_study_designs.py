@@ -6,6 +6,7 @@ from the committed results. No simulation runs."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from p2pfed.algorithms import ALGORITHMS
+from p2pfed.learning.cnn import make_cnn
 from p2pfed.scenario.fields import METHODS_PREFIX, scenario_fields
 from p2pfed.scenario.loader import load_scenario
 
@@ -70,6 +72,15 @@ def test_design_names_only_existing_fields_and_methods(path: Path) -> None:
         assert entry["paper"] and entry["read"], f"{path.name}: {entry['name']} needs its paper and what was read"
     assert not added_methods & set(ALGORITHMS), "a method to add exists now: move it out of to_add"
     assert not {f for f in added_fields if f in fields}, "a field to add exists now: move it out of to_add"
+    for entry in design.get("added", []):   # shipped for the study: it exists, and says what was read
+        assert entry["paper"] and entry["read"], f"{path.name}: {entry['name']} needs its paper and what was read"
+        name = entry["name"]
+        if entry["kind"] == "method":
+            assert name in ALGORITHMS, f"{path.name}: added method {name} is not registered"
+        elif entry["kind"] == "cnn option":
+            assert name.rpartition(".")[2] in inspect.signature(make_cnn).parameters, name
+        else:
+            assert name in fields, f"{path.name}: added field {name} is not a scenario field"
 
 
 def _arm_values(design: dict[str, Any], method: str, arm_set: dict[str, Any]) -> dict[str, Any]:
@@ -183,3 +194,37 @@ def test_every_quote_is_in_its_paper() -> None:
             found = text.find(fragment, at)
             assert found >= 0, f"{where}: not in {paper}: {fragment[:60]!r}"
             at = found + len(fragment)
+
+
+def _sweeps_module() -> Any:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("study_sweeps", ROOT / "bench" / "study_sweeps.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return module
+
+
+def test_committed_sweeps_are_the_generated_ones():
+    generated = {path: text for design in DESIGNS for path, text in _sweeps_module().sweeps(design).items()}
+    stale = [path.name for path, text in generated.items() if not path.is_file() or path.read_text() != text]
+    assert not stale, f"run python bench/study_sweeps.py: {stale}"
+
+
+@pytest.mark.parametrize("path", DESIGNS, ids=lambda p: p.stem)
+def test_each_study_sweeps_every_arm_once_in_every_scenario(path: Path) -> None:
+    """At one seed, the study's sweep files run one distinct cell per arm and scenario: no arm is
+    left out, none runs twice, and every cell validates as a scenario."""
+    from p2pfed.sweeps.cells import expand
+    from p2pfed.sweeps.spec import read_sweep
+
+    design = _read(path)
+    cells = set()
+    for sweep in _sweeps_module().sweeps(path):
+        points = expand(read_sweep(sweep, seeds=[1]))
+        cells |= {p.cell.id for p in points}
+        assert len({p.cell.id for p in points}) == len(points), f"{sweep.name}: two points run one cell"
+    assert len(cells) == len(design["arms"]) * len(design["scenarios"])

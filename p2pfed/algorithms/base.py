@@ -75,6 +75,7 @@ class RunFacts:
     model_name: str             # ``model.name``: "mlp" or a factory of the user's own
     mlp_layers: int | None      # the MLP's number of Linear layers; None for another model
     model_units: bool = True    # the model has units per layer (``learning/units.py``: the MLP, the CNN)
+    batch_norm: bool = True     # False: ``model.name: cnn`` with ``model.options.batch_norm: false``
 
 
 def run_facts(info: ValidationInfo) -> RunFacts | None:

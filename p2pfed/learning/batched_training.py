@@ -46,7 +46,7 @@ class TrainingJob:
     """One device's training this round, for the runtime to run: SGD of ``model`` on (x, y) for
     ``epochs`` (default the configuration's), drawing its shuffles from ``generator`` and the
     model's own randomness (dropout) from ``model_generator``. A *plain* job — cross-entropy on all
-    of the module's parameters, no ``extra_loss``, no ``trainable`` subset — can be batched with
+    of the module's parameters by SGD, no ``extra_loss``, no ``trainable`` subset — can be batched with
     other devices' (``train_jobs``); any other runs alone. ``then`` runs once it has trained."""
 
     model: nn.Module
@@ -66,7 +66,7 @@ class TrainingJob:
 
     @property
     def plain(self) -> bool:
-        return self.extra_loss is None and self.trainable is None
+        return self.extra_loss is None and self.trainable is None and self.config.optimizer == "sgd"
 
     def run(self) -> float:
         """Train this device alone (the reference the batched path must equal), then ``then``."""

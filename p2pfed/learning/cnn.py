@@ -11,7 +11,9 @@ pooling follows while the spatial size allows; global average pooling then gives
 (``features(x)``: one value per channel of the last block) and a ``Linear`` head the logits, so
 body/head methods (FedPer, FedRep) and prototype methods find what they need. Batch norm's
 running statistics are buffers, not parameters: the methods that average parameters keep them
-per device (as FedBN does), and checkpoints carry them.
+per device (as FedBN does), and checkpoints carry them. ``batch_norm: false`` leaves batch norm
+out (an identity takes its place, so the blocks keep their layout): SAFL's paper runs its FedAvg
+baseline on such a CNN (Sec. IV-C).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class CNN(nn.Module):
     pooling, a linear head; input rows are flat and viewed as ``shape``."""
 
     def __init__(self, in_features: int, num_classes: int, shape: Sequence[int], channels: Sequence[int],
-                 kernel: int) -> None:
+                 kernel: int, batch_norm: bool = True) -> None:
         super().__init__()
         if math.prod(shape) != in_features:
             raise ValueError(f"model.options.shape {list(shape)} holds {math.prod(shape)} values, but a sample "
@@ -54,7 +56,8 @@ class CNN(nn.Module):
         size, width = min(self.shape[1:]), self.shape[0]
         for out in channels:
             self.block_at.append((len(blocks), size >= 4))
-            blocks += [conv(width, out, kernel, padding=kernel // 2), norm(out), nn.ReLU()]
+            blocks += [conv(width, out, kernel, padding=kernel // 2), norm(out) if batch_norm else nn.Identity(),
+                       nn.ReLU()]
             if size >= 4:
                 blocks.append(pool(2))
                 size //= 2
@@ -70,14 +73,17 @@ class CNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
-    def blocks(self) -> list[tuple[nn.Conv1d | nn.Conv2d, nn.BatchNorm1d | nn.BatchNorm2d, bool]]:
-        """Each block's convolution, batch norm, and whether a 2-wide max pooling follows it."""
+    def blocks(self) -> list[tuple[nn.Conv1d | nn.Conv2d, nn.BatchNorm1d | nn.BatchNorm2d | nn.Identity, bool]]:
+        """Each block's convolution, batch norm (an identity without), and whether a 2-wide max
+        pooling follows it."""
         return [(self.body[at], self.body[at + 1], pooled) for at, pooled in self.block_at]  # type: ignore[misc]
 
     def unit_layer_params(self) -> list[tuple[str, ...]]:
         """A block's units are its channels: the rows of its filter, bias and batch norm's scale
-        and shift; the head's are its classes (``learning/units.py``)."""
-        return [*((f"body.{at}.weight", f"body.{at}.bias", f"body.{at + 1}.weight", f"body.{at + 1}.bias")
+        and shift (if it has one); the head's are its classes (``learning/units.py``)."""
+        params = dict(self.named_parameters())
+        return [*(tuple(n for n in (f"body.{at}.weight", f"body.{at}.bias", f"body.{at + 1}.weight",
+                                    f"body.{at + 1}.bias") if n in params)
                   for at, _ in self.block_at), ("head.weight", "head.bias")]
 
     def unit_activations(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -93,8 +99,10 @@ class CNN(nn.Module):
 
 
 def make_cnn(in_features: int, num_classes: int, generator: torch.Generator, *, shape: Sequence[int] | None = None,
-             channels: Sequence[int] = (16, 32), kernel: int = 3) -> CNN:
-    """``model.name: cnn``'s factory (``model.options``: ``shape``, ``channels``, ``kernel``);
-    its initial weights come from the seeded global generator ``build_user_model`` sets."""
+             channels: Sequence[int] = (16, 32), kernel: int = 3, batch_norm: bool = True) -> CNN:
+    """``model.name: cnn``'s factory (``model.options``: ``shape``, ``channels``, ``kernel``,
+    ``batch_norm``); its initial weights come from the seeded global generator ``build_user_model`` sets."""
+    if not isinstance(batch_norm, bool):
+        raise ValueError(f"model.options.batch_norm must be true or false, got {batch_norm!r}")
     return CNN(in_features, num_classes, list(shape) if shape is not None else default_shape(in_features),
-               list(channels), kernel)
+               list(channels), kernel, batch_norm)

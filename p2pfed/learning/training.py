@@ -45,6 +45,7 @@ class TrainingConfig:
     lr: float = 0.05
     momentum: float = 0.0
     weight_decay: float = 0.0
+    optimizer: str = "sgd"   # or "adam"
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,11 @@ def train_epochs(
     trainable: list[nn.Parameter] | None = None,
     model_generator: torch.Generator | None = None,
 ) -> float:
-    """Mini-batch SGD for ``epochs`` (default ``config.epochs``); returns the mean batch loss.
+    """Mini-batch SGD (``config.optimizer`` "adam": Adam) for ``epochs`` (default
+    ``config.epochs``); returns the mean batch loss.
 
-    Momentum starts afresh each call: after fusion the parameters have moved, so momentum from
-    the previous round would point the wrong way. The update is ``torch.optim.SGD``'s, written out
+    Momentum (Adam's moments) starts afresh each call: after fusion the parameters have moved, so
+    momentum from the previous round would point the wrong way. The update is ``torch.optim.SGD``'s, written out
     (``learning/sgd.py``: bit-identical, without building an optimiser per call). A model's own
     randomness (dropout) draws from ``model_generator`` (``model_randomness``).
     """
@@ -106,6 +108,8 @@ def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: Tr
     params = trainable if trainable is not None else list(model.parameters())
     named = {str(i): p for i, p in enumerate(params)}
     momentum = {k: torch.zeros_like(p) for k, p in named.items()} if config.momentum != 0 else None
+    adam = (torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+            if config.optimizer == "adam" else None)
     model.train()
     losses = []
     for _ in range(config.epochs if epochs is None else epochs):
@@ -118,9 +122,22 @@ def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: Tr
             if extra_loss is not None:
                 loss = loss + extra_loss(model, xb, yb, logits)
             grads = torch.autograd.grad(loss, params, allow_unused=True)
-            sgd_step(named, dict(zip(named, grads, strict=True)), config, momentum)
+            if adam is None:
+                sgd_step(named, dict(zip(named, grads, strict=True)), config, momentum)
+            else:
+                adam_step(adam, params, grads)
             losses.append(float(loss.detach()))
     return float(np.mean(losses)) if losses else float("nan")
+
+
+def adam_step(adam: torch.optim.Optimizer, params: list[nn.Parameter], grads: tuple[torch.Tensor | None, ...]) -> None:
+    """One step of ``adam`` with the given gradients (a parameter without one is skipped, as
+    SGD skips it); no gradient is left on the parameters."""
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    adam.step()
+    for p in params:
+        p.grad = None
 
 
 @contextmanager

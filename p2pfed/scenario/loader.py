@@ -230,7 +230,8 @@ def run_facts_of(scenario: Scenario) -> RunFacts:
     """What a method's options are checked against (``Options`` validators)."""
     return RunFacts(method=scenario.algorithm.name, rounds=scenario.device_rounds(),
                     model_name=scenario.model.name, mlp_layers=scenario.model.mlp_layers,
-                    model_units=scenario.model.name in UNIT_MODELS)
+                    model_units=scenario.model.name in UNIT_MODELS,
+                    batch_norm=not (scenario.model.name == "cnn" and scenario.model.options.get("batch_norm") is False))
 
 
 def validate(raw: dict[str, Any], source: str, base_dir: Path) -> Scenario:

@@ -158,7 +158,8 @@ class ModelSection(Section):
         "`mlp`: a learnable scaling factor, starting at 1, on every hidden unit's ReLU output (the per-unit factors "
         "Network Slimming ranks). SAFL adds them whatever this says; other methods treat them as ordinary parameters."))
     options: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments of your own factory or of `cnn` (`shape`, `channels`, `kernel`); refused with `mlp`."))
+        "Keyword arguments of your own factory or of `cnn` (`shape`, `channels`, `kernel`, `batch_norm`); refused "
+        "with `mlp`."))
 
     @model_validator(mode="after")
     def _positive(self) -> ModelSection:
@@ -184,10 +185,21 @@ class ModelSection(Section):
 class TrainingSection(Section):
     epochs: int = Field(default=1, ge=1, description="Local epochs per round (E).")
     batch_size: int = Field(default=32, ge=1, description="Mini-batch size.")
-    lr: float = Field(default=0.05, gt=0, description="SGD learning rate.")
+    lr: float = Field(default=0.05, gt=0, description="Learning rate (SGD's, or Adam's with `optimizer: adam`).")
     momentum: float = Field(default=0.0, ge=0, lt=1, description=(
-        "SGD momentum, its buffer reset every round; 0: plain SGD."))
-    weight_decay: float = Field(default=0.0, ge=0, description="L2 penalty (SGD weight decay); 0: none.")
+        "SGD momentum, its buffer reset every round; 0: plain SGD. Not with `optimizer: adam`."))
+    weight_decay: float = Field(default=0.0, ge=0, description="L2 penalty (SGD's or Adam's weight decay); 0: none.")
+    optimizer: Literal["sgd", "adam"] = Field(default="sgd", description=(
+        "The local optimiser: `sgd`, or `adam` (torch's Adam with its default betas, its moments starting afresh every "
+        "round as SGD's momentum does; FedAli's paper trains every method so, Sec. 5.1). Adam's training runs one "
+        "device at a time (no batched training)."))
+
+    @model_validator(mode="after")
+    def _momentum_is_sgds(self) -> TrainingSection:
+        if self.optimizer == "adam" and self.momentum != 0:
+            raise ValueError("training.momentum: SGD's momentum; with optimizer: adam leave it at 0 (Adam keeps "
+                             "its own moments)")
+        return self
 
 
 class AlgorithmSection(BaseModel):

@@ -130,13 +130,16 @@ def train_subnetwork(model: nn.Module, units: Sequence[torch.Tensor], x: torch.T
     learned too: each batch, one backward pass of L_s = CE + ``score_penalty``(σ(s)) gives the
     weights their gradient of L_x = CE (the penalty does not involve them; masked weights get
     zero gradient, so only the subnetwork moves) and the scores theirs through the
-    straight-through estimator; weights step with ``config.lr``, scores with ``score_lr``.
+    straight-through estimator; weights step with ``config``'s optimiser (SGD or Adam) at ``config.lr``,
+    scores by SGD at ``score_lr``.
     """
     n = int(x.shape[0])
     if n == 0:
         return float("nan")
-    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                          weight_decay=config.weight_decay)
+    opt: torch.optim.Optimizer = (
+        torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        if config.optimizer == "adam" else
+        torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay))
     learned = list(scores) if scores is not None else []
     for s in learned:
         s.requires_grad_(True)

@@ -30,9 +30,12 @@ from p2pfed.learning.cnn import CNN
 
 
 def _folded(conv: nn.Module, norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """The convolution's filters and bias with evaluation-mode batch norm folded in."""
+    """The convolution's filters and bias with evaluation-mode batch norm folded in (as they are
+    on a CNN without batch norm)."""
     conv_w, conv_b = conv.weight, conv.bias
     assert isinstance(conv_w, torch.Tensor) and isinstance(conv_b, torch.Tensor)
+    if isinstance(norm, nn.Identity):
+        return conv_w, conv_b
     assert isinstance(norm, nn.modules.batchnorm._BatchNorm)
     mean, var = norm.running_mean, norm.running_var
     assert mean is not None and var is not None

@@ -91,6 +91,14 @@ class SaflOptions(UnitOptions, RobustOptions):
         "Tau, epochs of fine-tuning the pruned model after each pruning (Alg. 1 l.9)."))
 
     @model_validator(mode="after")
+    def _model_has_batch_norm(self, info: ValidationInfo) -> SaflOptions:
+        facts = run_facts(info)
+        if facts is not None and not facts.batch_norm:
+            raise ValueError("model.options.batch_norm: SAFL prunes a CNN's channels by their batch-norm scales "
+                             "(Network Slimming); this CNN has no batch norm: leave batch_norm at true")
+        return self
+
+    @model_validator(mode="after")
     def _stage_one_fits(self, info: ValidationInfo) -> SaflOptions:
         facts = run_facts(info)
         schedule = rate_schedule(self.target_rate, self.rate_step)

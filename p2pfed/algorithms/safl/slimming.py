@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from p2pfed.learning.cnn import CNN
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss
 from p2pfed.learning.units import unit_layers
@@ -51,6 +52,9 @@ def factor_params(model: nn.Module) -> list[tuple[str, str | None]]:
     for i, layer in enumerate(unit_layers(model)[:-1]):
         norms = {n.rpartition(".")[0] for n in layer.params
                  if isinstance(modules.get(n.rpartition(".")[0]), _BatchNorm)}
+        if not norms and isinstance(model, CNN):
+            raise ValueError("model.options.batch_norm: SAFL prunes a CNN's channels by their batch-norm scales "
+                             "(Network Slimming); this CNN has no batch norm: leave batch_norm at true")
         if len(norms) != 1:
             raise ValueError(f"{type(model).__name__}: hidden layer {i}'s units need one batch norm whose scale "
                              f"is their factor (Network Slimming), found {sorted(norms)}")
