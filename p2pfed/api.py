@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from p2pfed.engine.runner import Simulated, simulate, write_results
 from p2pfed.results.callbacks import Callback
@@ -29,6 +27,9 @@ from p2pfed.results.files import (DEVICE_COLUMNS, DEVICE_OCCASIONAL_COUNTERS, DE
                                   device_rows, folder_label)
 from p2pfed.scenario.loader import load_mapping, load_scenario
 from p2pfed.scenario.spec import RunSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Scenario = str | Path | Mapping[str, Any] | RunSpec | None
 Overrides = Mapping[str, Any] | Sequence[str]
@@ -123,13 +124,15 @@ def compare(scenario: Scenario = None, algorithms: Sequence[str | type] = ("feds
         name = _name_of(method)
         where = None if out is None else Path(out) / folder_label(name)
         rows.append(comparison_row(run(scenario, algorithm=method, out=where, **options).summary))
-    return pd.DataFrame(rows)
+    return _table(rows)
 
 
 def sweep(sweep_file: str | Path, out: str | Path, *, overrides: Sequence[str] = (), seeds: Sequence[int] | None = None,
           workers: int | None = None, resume: bool = False, progress: bool = False) -> pd.DataFrame:
     """``p2pfed sweep`` (Dask workers on this machine): runs the missing cells into ``out`` and
     returns ``summary.csv`` (one row per method and swept values, means and intervals over seeds)."""
+    import pandas as pd
+
     from p2pfed.sweeps.run import run_sweep
 
     run_sweep(Path(sweep_file), Path(out), workers=workers, resume=resume, progress=progress,
@@ -137,13 +140,20 @@ def sweep(sweep_file: str | Path, out: str | Path, *, overrides: Sequence[str] =
     return pd.read_csv(Path(out) / "summary.csv")
 
 
+def _table(rows: Any, columns: list[str] | None = None) -> pd.DataFrame:
+    """A pandas DataFrame (pandas imported here: only the Python API's tables need it)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=columns)
+
+
 def _run_of(done: Simulated, out: Path | None) -> Run:
-    rounds = pd.DataFrame(done.recorder.rows)
+    rounds = _table(done.recorder.rows)
     columns = [c for c in ROUND_COLUMNS if c in rounds] + [c for c in rounds if c not in ROUND_COLUMNS]
     device_table = device_rows(done.recorder, done.names)
     optional = DEVICE_PROTOCOL_COLUMNS + DEVICE_OCCASIONAL_COUNTERS
-    devices = pd.DataFrame(device_table, columns=DEVICE_COLUMNS + [c for c in optional
-                                                                   if any(c in d for d in device_table)])
+    devices = _table(device_table, DEVICE_COLUMNS + [c for c in optional
+                                               if any(c in d for d in device_table)])
     return Run(done.summary, rounds[columns] if len(rounds) else rounds, devices, out)
 
 

@@ -10,7 +10,6 @@ import json
 import warnings
 
 import numpy as np
-import ot
 import pytest
 import torch
 import torch.nn.functional as F
@@ -47,6 +46,8 @@ def _layer(dim=4, g=2, **kw) -> ALPLayer:
 def test_sinkhorn_plan_equals_pots(n, k, eps, iterations):
     """Our few tensor lines against POT's Sinkhorn-Knopp on the same cost (-similarity) and
     uniform marginals, with the same number of sweeps."""
+    import ot   # POT, the reference, only where it is compared against (its import is long)
+
     sim = _unit(n, 8, 1) @ _unit(k, 8, 2).T
     ours = sinkhorn_plan(sim, eps, iterations).numpy()
     with warnings.catch_warnings():

@@ -112,6 +112,7 @@ def _check_protocol(summary: dict, out: Path, simulated: dict) -> None:
     assert summary["runtime"]["contact_protocol"]["control_messages"] > 0
 
 
+@pytest.mark.slow   # real peers in contacts for seconds of wall time: in the slow set .ci/run also runs
 def test_peers_over_contacts_read_the_clocks_of_the_peers_they_meet(tmp_path):
     """Three peers in contacts that never end (``static``), 40 simulated seconds at 20x on
     loopback; peer 2's clock 0.5 s ahead of the others'."""

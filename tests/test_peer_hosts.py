@@ -267,6 +267,7 @@ def _off_by(line: str, neighbour: int, expected: float) -> bool:
     return abs(offset - expected) <= float(found.group(3)) + 0.02
 
 
+@pytest.mark.slow   # six real peers waiting for a shared start: in the slow set .ci/run also runs
 def test_a_skewed_clock_on_a_shared_grid_is_warned_of_then_refused(tmp_path, capsys, caplog):
     """Peer 2's clock 0.3 s ahead (30 % of the period): warned of; 0.8 s ahead: refused on both sides."""
     start_at = time.time() + 12   # time for six peers to load on a busy machine

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from p2pfed.results.files import write_csv
-from p2pfed.results.plots import plot_comparison
 
 COMPARISON_COLUMNS = ["algorithm", "f1_macro_mean", "f1_macro_std", "loss_mean", "accuracy_mean",
                       "bytes_per_device_per_round", "msg_vs_full_model", "messages_dropped", "wall_time_s"]
@@ -57,5 +56,6 @@ def write_comparison(out_dir: Path, summaries: list[dict[str, Any]],
     columns = comparison_columns(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "comparison.csv", columns, rows)
+    from p2pfed.results.plots import plot_comparison  # matplotlib only when a plot is drawn
     plot_comparison(rounds_by_algorithm, out_dir / "comparison.png", title=title)
     return format_table(rows, columns)
