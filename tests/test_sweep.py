@@ -42,20 +42,20 @@ def rows(path: Path, drop: tuple[str, ...] = ("wall_time_s",)) -> list[dict[str,
 
 
 @pytest.fixture(scope="module")
-def two_worker_sweep(tmp_path_factory) -> tuple[Path, Path]:
-    """The tiny sweep (2 methods x 2 learning rates x 2 seeds = 8 cells) run once on 2 workers."""
+def tiny_sweep(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny sweep (2 methods x 2 learning rates x 2 seeds = 8 cells) run once on a Dask worker."""
     folder = tmp_path_factory.mktemp("sweep")
     sweep = write_sweep(folder)
-    out = folder / "out2"
-    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--quiet"]) == 0
+    out = folder / "out1"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 0
     return sweep, out
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs (the default suite's 10 minutes)
-def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, capsys):
-    sweep, out2 = two_worker_sweep
-    out1 = tmp_path / "out1"
-    assert main(["sweep", str(sweep), "--out", str(out1), "--workers", "1", "--quiet"]) == 0
+def test_one_and_two_workers_give_the_same_numbers(tiny_sweep, tmp_path, capsys):
+    sweep, out1 = tiny_sweep
+    out2 = tmp_path / "out2"
+    assert main(["sweep", str(sweep), "--out", str(out2), "--workers", "2", "--quiet"]) == 0
     one, two = rows(out1 / "sweep.csv"), rows(out2 / "sweep.csv")
     assert len(one) == 8 and all(r["status"] == "done" for r in one)
     assert one == two                                   # every number, cell hash and seed, wall time aside
@@ -63,13 +63,13 @@ def test_one_and_two_workers_give_the_same_numbers(two_worker_sweep, tmp_path, c
     assert (out1 / "summary.csv").read_text() == (out2 / "summary.csv").read_text()
     # each cell folder is exactly what `p2pfed run` writes
     for r in one:
-        assert {p.name for p in (out1 / "cells" / r["cell"]).iterdir()} == \
+        assert {p.name for p in (out2 / "cells" / r["cell"]).iterdir()} == \
             {"rounds.csv", "devices.csv", "dataset.json", "summary.json", "plot.png", "edges.csv"}
-    assert "2 Dask worker" not in capsys.readouterr().err  # this one ran on 1 worker
+    assert "2 Dask worker(s)" in capsys.readouterr().err  # this one ran on 2 workers
 
 
-def test_a_cell_equals_p2pfed_run_of_its_scenario(two_worker_sweep, tmp_path):
-    _, out = two_worker_sweep
+def test_a_cell_equals_p2pfed_run_of_its_scenario(tiny_sweep, tmp_path):
+    _, out = tiny_sweep
     first = rows(out / "sweep.csv")[0]
     cell = out / "cells" / first["cell"]
     sets = [f"{k}={json.dumps(v)}" for k, v in TINY.items()] + [f"training.lr={first['training.lr']}"]
@@ -82,8 +82,8 @@ def test_a_cell_equals_p2pfed_run_of_its_scenario(two_worker_sweep, tmp_path):
     assert mine["config"] == theirs["config"] and mine["final"] == theirs["final"]
 
 
-def test_summary_has_t_intervals_over_seeds(two_worker_sweep):
-    _, out = two_worker_sweep
+def test_summary_has_t_intervals_over_seeds(tiny_sweep):
+    _, out = tiny_sweep
     cells = rows(out / "sweep.csv")
     summary = rows(out / "summary.csv")
     assert [(r["method"], r["training.lr"]) for r in summary] == \
@@ -100,13 +100,13 @@ def test_summary_has_t_intervals_over_seeds(two_worker_sweep):
     assert (out / "sweep.png").stat().st_size > 1000 and (out / "f1_curves.png").stat().st_size > 1000
 
 
-def test_paired_csv_tests_each_pair_of_configurations_with_the_seed_as_unit(two_worker_sweep):
+def test_paired_csv_tests_each_pair_of_configurations_with_the_seed_as_unit(tiny_sweep):
     """A claim "A beats B" pairs the same devices under the same seed, and its unit is the run:
     paired.csv holds, for every two configurations, scipy's paired t-test over the per-seed means
     of the cells' own devices.csv, its p-value adjusted over the file's comparisons."""
     from scipy import stats
 
-    _, out = two_worker_sweep
+    _, out = tiny_sweep
     cells = rows(out / "sweep.csv")
     paired = rows(out / "paired.csv")
     # 4 configurations (2 methods x 2 learning rates), every pair once under the headline
@@ -160,8 +160,8 @@ def test_mean_ci_is_students_t_interval():
     assert mean_ci([0.5, 0.5]) == (0.5, 0.0, 0.5, 0.5)
 
 
-def test_report_rebuilds_the_same_files(two_worker_sweep, tmp_path, capsys):
-    _, out = two_worker_sweep
+def test_report_rebuilds_the_same_files(tiny_sweep, tmp_path, capsys):
+    _, out = tiny_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     for name in ("sweep.csv", "summary.csv", "sweep.png", "f1_curves.png"):
@@ -174,8 +174,8 @@ def test_report_rebuilds_the_same_files(two_worker_sweep, tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2  # not a sweep folder
 
 
-def test_resume_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
-    sweep, out = two_worker_sweep
+def test_resume_runs_only_the_missing_cells(tiny_sweep, tmp_path, capsys):
+    sweep, out = tiny_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     before = rows(copy / "sweep.csv", drop=())
@@ -196,12 +196,12 @@ def test_resume_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
     assert rows(copy / "sweep.csv") == rows(out / "sweep.csv")  # the rerun cells give the same numbers
 
 
-def test_a_packed_sweep_reports_the_same_and_unpacks_to_the_same_files(two_worker_sweep, tmp_path, capsys):
+def test_a_packed_sweep_reports_the_same_and_unpacks_to_the_same_files(tiny_sweep, tmp_path, capsys):
     """``report --pack`` keeps the cells in four files; every table the report makes from them
     equals the one made from the cell folders, and ``--unpack`` gives back each packed file."""
     from p2pfed.sweeps.archive import INDEX, TABLES
 
-    _, out = two_worker_sweep
+    _, out = tiny_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     assert main(["report", str(copy), "--pack"]) == 0
@@ -221,10 +221,10 @@ def test_a_packed_sweep_reports_the_same_and_unpacks_to_the_same_files(two_worke
             assert (copy / "cells" / cell.name / file).read_bytes() == (cell / file).read_bytes()
 
 
-def test_pack_refuses_a_cell_it_could_not_give_back(two_worker_sweep, tmp_path, capsys):
+def test_pack_refuses_a_cell_it_could_not_give_back(tiny_sweep, tmp_path, capsys):
     """A cell file the archive would not restore byte for byte (here: edited by hand, JSON in
     another layout) stops the packing: nothing is removed and the file is named."""
-    _, out = two_worker_sweep
+    _, out = tiny_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     edited = next((copy / "cells").iterdir()) / "summary.json"
@@ -235,10 +235,10 @@ def test_pack_refuses_a_cell_it_could_not_give_back(two_worker_sweep, tmp_path, 
 
 
 @pytest.mark.slow   # a second sweep on a Dask worker; in the slow set .ci/run runs
-def test_resume_into_a_packed_sweep_runs_only_the_missing_cells(two_worker_sweep, tmp_path, capsys):
+def test_resume_into_a_packed_sweep_runs_only_the_missing_cells(tiny_sweep, tmp_path, capsys):
     from p2pfed.sweeps.archive import pack
 
-    sweep, out = two_worker_sweep
+    sweep, out = tiny_sweep
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     gone = rows(copy / "sweep.csv")[3]["cell"]
@@ -349,9 +349,9 @@ def test_shipped_sweeps_expand(repo_root):
 
 
 @pytest.mark.slow   # in the slow set .ci/run also runs
-def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, tmp_path):
+def test_scheduler_runs_the_sweep_on_separate_dask_processes(tiny_sweep, tmp_path):
     """A `dask scheduler` and two `dask worker` processes started apart from p2pfed, on 127.0.0.1."""
-    sweep, out2 = two_worker_sweep
+    sweep, out1 = tiny_sweep
     dask = [sys.executable, "-m", "dask"]
     address_file = tmp_path / "scheduler.json"
     logs = (tmp_path / "dask.log").open("w")
@@ -375,7 +375,7 @@ def test_scheduler_runs_the_sweep_on_separate_dask_processes(two_worker_sweep, t
                                "--scheduler", address, "--quiet"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert f"2 Dask worker(s) on {address}" in done.stderr
-        assert rows(out / "sweep.csv") == rows(out2 / "sweep.csv")
+        assert rows(out / "sweep.csv") == rows(out1 / "sweep.csv")
     finally:
         for p in procs:
             p.terminate()
@@ -438,10 +438,10 @@ def test_collaboration_gain_reads_a_data_fraction_sweep(tmp_path, capsys):
     assert (out / "collaboration_gain.png").stat().st_size > 0
 
 
-def test_paired_table_bolds_only_what_the_adjusted_p_supports(two_worker_sweep, capsys):
+def test_paired_table_bolds_only_what_the_adjusted_p_supports(tiny_sweep, capsys):
     """bench/paired_table.py: a README's paired columns, each cell from paired.csv (sign turned
     when the baseline is the file's ``a``), bold exactly where the adjusted p is below 0.05."""
-    _, out = two_worker_sweep
+    _, out = tiny_sweep
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import paired_table
@@ -469,10 +469,10 @@ def _check_paired_table(printed: str, paired: list[dict[str, str]], protocol: st
 
 
 @pytest.mark.slow   # three more small sweeps; in the slow set .ci/run also runs (the default suite's 10 minutes)
-def test_pool_seeds_joins_seeds_run_later_and_refuses_another_setting(two_worker_sweep, tmp_path, capsys):
+def test_pool_seeds_joins_seeds_run_later_and_refuses_another_setting(tiny_sweep, tmp_path, capsys):
     """bench/pool_seeds.py: seeds added later in another folder join the first folder's table as
     one sweep of more seeds; a run repeated in both must agree; another setting is refused."""
-    sweep, out = two_worker_sweep
+    sweep, out = tiny_sweep
     more = tmp_path / "more"
     assert main(["sweep", str(sweep), "--out", str(more), "--seeds", "2,3", "--workers", "1", "--quiet"]) == 0
     sys.path.insert(0, str(ROOT / "bench"))
