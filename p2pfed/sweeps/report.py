@@ -19,7 +19,6 @@ from p2pfed.sweeps.aggregate import (collect, curves, models_energy, summary_col
                                     sweep_columns, sweep_rows)
 from p2pfed.sweeps.paired import COLUMNS as PAIRED_COLUMNS
 from p2pfed.sweeps.paired import paired_rows
-from p2pfed.sweeps.plots import plot_curves, plot_sweep
 from p2pfed.sweeps.spec import SweepError
 
 FILES = "sweep.csv, summary.csv, paired.csv, sweep.png, f1_curves.png, report.html"
@@ -27,6 +26,8 @@ FILES = "sweep.csv, summary.csv, paired.csv, sweep.png, f1_curves.png, report.ht
 
 def build_report(out: Path) -> str:
     """Write the sweep's tables and plots into ``out``; return the summary as a printable table."""
+    from p2pfed.sweeps.plots import plot_curves, plot_sweep   # matplotlib only when plots are drawn
+
     if not store.has_manifest(out):
         raise SweepError([f"{out}: neither a sweep folder (no {store.MANIFEST}; `p2pfed sweep` writes one)"
                           f" nor a run folder (no summary.json)"])
