@@ -8,6 +8,7 @@ unchanged, so results written before it was added are still found.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -33,13 +34,18 @@ def canonical(resolved: dict[str, Any], method: type[Algorithm]) -> dict[str, An
     """``resolved`` (``loader.dump``, or an earlier run's ``summary.json`` ``config``) as the
     fields that differ from the schema's defaults and the options that differ from ``method``'s,
     sorted; ``algorithm.name`` always."""
-    defaults = _defaults(Scenario, Scenario().model_dump())
     try:
         options = method.Options().model_dump()
     except ValidationError:   # options without defaults: every one counts
         options = {}
-    defaults["algorithm"] = {**options, "name": _ABSENT}
+    defaults = {**_schema_defaults(), "algorithm": {**options, "name": _ABSENT}}
     return differences(resolved, defaults)
+
+
+@functools.cache
+def _schema_defaults() -> dict[str, Any]:
+    """The schema's defaults, as ``differences`` reads them (built once: a sweep asks per cell)."""
+    return _defaults(Scenario, Scenario().model_dump())
 
 
 def differences(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
