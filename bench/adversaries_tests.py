@@ -9,11 +9,14 @@ comparisons (Benjamini–Hochberg, stated in the table):
 - **holds**: a defence holds against an attack at a fraction when the honest devices' F1 under
   that attack with that defence is not more than ``MARGIN`` (0.05) below the F1 of the run with
   neither liars nor defence, same seed: one-sided paired t-test of ``defended - clean > -MARGIN``
-  (non-inferiority), adjusted p < 0.05;
+  (non-inferiority), adjusted p < 0.05; with ``--holds tost``, within ``MARGIN`` of it either way:
+  two one-sided paired t-tests (TOST), the larger p-value adjusted, and a cell whose mean
+  difference is above ``+MARGIN`` marked ▲ (described, not tested: it is not equivalent);
 - **helps**: the defence against no defence under the same attack: two-sided paired t-test of
   the honest F1, adjusted p < 0.05.
 
     python bench/adversaries_tests.py bench/results/adversaries
+    python bench/adversaries_tests.py bench/results/adversaries-adaptive --holds tost
 
 writes ``tests.csv``, ``table.md`` (a table per method; each method's tests adjusted apart) and
 ``honest_f1.png`` (honest F1 against the liars' fraction, a panel per method and attack, a line
@@ -37,6 +40,7 @@ from p2pfed.sweeps.paired import adjust, paired_test
 
 MARGIN = 0.05
 ALPHA = 0.05
+SPREAD_FLOOR = 1e-9   # differences spread less than this are equal (float rounding), not a t-test's input
 
 
 def attack_label(adversaries: list[dict[str, Any]]) -> str:
@@ -68,8 +72,25 @@ def non_inferiority(defended: list[float], clean: list[float]) -> float:
     return float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
 
 
-def tests(cells: dict[tuple[str, str], dict[int, float]], method: str) -> list[dict[str, Any]]:
+def equivalence(defended: list[float], clean: list[float]) -> float:
+    """TOST's p of ``|mean(defended - clean)| < MARGIN``: the larger of the two one-sided p-values
+    (with no spread in the differences, float rounding aside: 0.0 inside the margin, 1.0 on or outside it)."""
+    diff = np.asarray(defended) - np.asarray(clean)
+    if diff.size < 2 or float(diff.std(ddof=1)) < SPREAD_FLOOR:
+        return 0.0 if abs(float(diff.mean())) < MARGIN else 1.0
+    lower = stats.ttest_1samp(diff, -MARGIN, alternative="greater").pvalue
+    upper = stats.ttest_1samp(diff, MARGIN, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
+HOLDS = {"non-inferiority": (non_inferiority, f"holds: defended - clean > -{MARGIN} (one-sided)"),
+         "tost": (equivalence, f"holds: |defended - clean| < {MARGIN} (TOST)")}
+
+
+def tests(cells: dict[tuple[str, str], dict[int, float]], method: str,
+          holds_test: str = "non-inferiority") -> list[dict[str, Any]]:
     """One method's holds and helps tests (each family adjusted over its comparisons)."""
+    holds_p, holds_label = HOLDS[holds_test]
     clean = cells[("none", "none")]
     defences = sorted({d for d, _ in cells}, key=lambda d: (d != "none", d))
     attacks = sorted({a for _, a in cells},
@@ -83,7 +104,7 @@ def tests(cells: dict[tuple[str, str], dict[int, float]], method: str) -> list[d
                 continue
             row = {"method": method, "attack": attack, "defence": defence, "seeds": len(seeds),
                    **paired_test([runs[s] for s in seeds], [clean[s] for s in seeds])}
-            row["p_value"] = non_inferiority([runs[s] for s in seeds], [clean[s] for s in seeds])
+            row["p_value"] = holds_p([runs[s] for s in seeds], [clean[s] for s in seeds])
             holds.append(row)
             if defence != "none" and attack != "none":
                 plain = cells.get(("none", attack), {})
@@ -91,7 +112,7 @@ def tests(cells: dict[tuple[str, str], dict[int, float]], method: str) -> list[d
                 helps.append({"method": method, "attack": attack, "defence": defence, "seeds": len(both),
                               **paired_test([runs[s] for s in both], [plain[s] for s in both])})
     for row in adjust(holds):
-        row["test"] = f"holds: defended - clean > -{MARGIN} (one-sided)"
+        row["test"] = holds_label
     for row in adjust(helps):
         row["test"] = "helps: defended vs undefended (two-sided)"
     return holds + helps
@@ -116,13 +137,18 @@ def table(rows: list[dict[str, Any]]) -> str:
             h = helps.get((attack, d))
             helped = h is not None and h["p_adjusted"] != "" and float(h["p_adjusted"]) < ALPHA
             better = " ↑" if helped and h is not None and float(h["f1_diff"]) > 0 else ""
-            cells.append(f"{r['f1_a']:.3f} ({float(r['f1_diff']):+.3f}){mark}{better}".replace("-", "−"))
+            above = " ▲" if "TOST" in r["test"] and float(r["f1_diff"]) > MARGIN else ""
+            cells.append(f"{r['f1_a']:.3f} ({float(r['f1_diff']):+.3f}){mark}{above}{better}".replace("-", "−"))
         lines.append(f"| {attack} | " + " | ".join(cells) + " |")
     n_holds = holds[0]["comparisons"] if holds else 0
     n_helps = next(iter(helps.values()))["comparisons"] if helps else 0
+    tost = bool(holds) and "TOST" in holds[0]["test"]
+    holds_text = (f"within {MARGIN} of it either way (TOST: two one-sided paired t-tests, the larger p" if tost
+                  else f"not more than {MARGIN} below it (one-sided paired t-test")
+    above_text = f"▲: mean difference above +{MARGIN}, not equivalent (described, not tested). " if tost else ""
     lines += ["", f"Each cell: the honest devices' final F1, mean over seeds, and (in brackets) its paired difference "
-              f"from the run with neither liars nor defence. ✓: holds — not more than {MARGIN} below it "
-              f"(one-sided paired t-test, Benjamini–Hochberg over {n_holds} comparisons, adjusted p < {ALPHA}). "
+              f"from the run with neither liars nor defence. ✓: holds — {holds_text}, "
+              f"Benjamini–Hochberg over {n_holds} comparisons, adjusted p < {ALPHA}). {above_text}"
               f"↑: better than no defence under the same attack (two-sided paired t-test, "
               f"Benjamini–Hochberg over {n_helps} comparisons, adjusted p < {ALPHA})."]
     return "\n".join(lines) + "\n"
@@ -161,9 +187,11 @@ def plot(cells: dict[str, dict[tuple[str, str], dict[int, float]]], path: Path) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="the adversaries sweep's results folder")
+    parser.add_argument("--holds", choices=sorted(HOLDS), default="non-inferiority",
+                        help="the holds test: one-sided non-inferiority, or TOST (equivalence) at the margin")
     args = parser.parse_args(argv)
     cells = read_cells(args.sweep)
-    per_method = {m: tests(by, m) for m, by in sorted(cells.items())}
+    per_method = {m: tests(by, m, args.holds) for m, by in sorted(cells.items())}
     plot(cells, args.sweep / "honest_f1.png")
     rows = [r for method_rows in per_method.values() for r in method_rows]
     with open(args.sweep / "tests.csv", "w", newline="") as f:

@@ -73,8 +73,59 @@ def _declarations(design: dict[str, Any]) -> list[str]:
     return out
 
 
+def _attack(kind: str, options: dict[str, Any]) -> str:
+    return f"`{kind}`" + (f" ({', '.join(f'{o}: {v}' for o, v in options.items())})" if options else "")
+
+
+def matrix_page(path: Path, design: dict[str, Any]) -> str:
+    """A matrix design's page: every defence against every attack at every fraction, one
+    hypothesis tested in each cell."""
+    plan, family = design["power"], design["family"]
+    (need,) = study_power.needs(design)
+    n = study_power.design_n(design)
+    out = [f"# Study design: {design['study']}", "",
+           f"Status: **{design['status']}** (no run yet). Generated from `studies/{path.name}` by "
+           "`python bench/study_pages.py`; the YAML is the declaration.", "",
+           design["one_commit"], "", "## Question", "", design["question"], "",
+           "## The matrix", "",
+           f"- Sweep: `{design['sweep']}`, into `{design['results']}`; scenario `{design['scenario']}`, "
+           f"method `{design['method']}`, seeds 1 to {n}; analysed by `{design['analysis']}`.",
+           "- Settings: " + ", ".join(f"`{k}: {yaml_text(v)}`" for k, v in design["settings"].items()) + ".",
+           "- Defences (`algorithm.robust`): " + ", ".join(f"`{d}`" for d in design["defences"]) + ".",
+           "- Attacks: " + ", ".join(_attack(k, opts) for k, opts in design["attacks"].items()) + ".",
+           "- Fractions of liars: " + ", ".join(f"{round(100 * f)} %" for f in design["fractions"])
+           + f"; each with every defence, and every defence without liars: "
+           f"{len(design['defences']) * (len(design['attacks']) * len(design['fractions']) + 1)} configurations.",
+           f"- Reference: {design['reference']}.", "", "## Not in this study", ""]
+    out += [f"- {item}" for item in design["not_in_this_study"]]
+    out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]
+    out += [f"- `{k}`: {v}." for k, v in design["metrics"].get("secondary", {}).items()]
+    out += ["", "## Hypotheses: one Benjamini–Hochberg family", "",
+            f"{family['members']}; q = {family['q']}.", "",
+            "| id | cells | a | b | test | metric | sd used | n for it | power at n |", "|---" * 9 + "|"]
+    for h in design["hypotheses"]:
+        out.append(f"| {h['id']} | {_cell(h['cells'])} | {_cell(h['a'])} | {_cell(h['b'])} | {_cell(h['test'])} "
+                   f"(margin ±{h['margin']}) | {h['metric']} | {need.sd:.4g} ({need.variance}) | {need.n} "
+                   f"| {study_power.power_at(need, n):.2f} at alpha {need.alpha:.2e} |")
+    out += ["", "## Reading the results, declared", ""] + [f"- {r}" for r in design["reading"]]
+    out += ["", "## Effect sizes and margins", ""] + [f"- {k}: {v}" for k, v in design["effect_sizes"].items()]
+    out += ["", "## Seeds", "",
+            f"n = **{n}** seeds, a pilot: {_cell(plan['pilot']['why'])}" if "pilot" in plan else f"n = **{n}** seeds.",
+            "", f"Power {plan['power']}; alpha per test: {plan['alpha']}; {plan['method']}. Variance source (the SD "
+            "of the seed-paired differences, the largest over the pairs):", ""]
+    for name, source in plan["variance"].items():
+        pairs = "; ".join(f"{yaml_text(p['a'])} − {yaml_text(p['b'])}" for p in source["pairs"])
+        out.append(f"- `{name}`: `{source['file']}`, column `{source['column']}`, "
+                   f"rows {yaml_text(source.get('where', 'all'))}: {pairs}")
+    out += [f"- {note}" for note in plan.get("variance_notes", [])]
+    out += ["", f"Reproduce: `python bench/study_power.py --check studies/{path.name}`", ""]
+    return "\n".join(out)
+
+
 def design_page(path: Path) -> str:
     design = study_power.load(path)
+    if design.get("design") == "matrix":
+        return matrix_page(path, design)
     quoted = {c["id"]: c for c in claims()["claims"]}
     plan = design["power"]
     out = [f"# Study design: {design['study']}", "",

@@ -15,8 +15,10 @@ the named pairs, to stay conservative), then the seeds each hypothesis needs:
 Each test is planned at ``q / m``, the Benjamini–Hochberg level ``q`` divided by the family's
 ``m`` powered-or-not comparisons: what Bonferroni rejects, Benjamini–Hochberg rejects too, so
 the power holds under the correction actually used. The design's ``n`` is the largest
-hypothesis's, and never under ``min_seeds``. Prints one table per design; ``--check`` exits 1
-when a design file's declared ``n`` differs from the computed one.
+hypothesis's, and never under ``min_seeds``; a pilot design (``power.pilot: {n, why}``) runs its
+declared n, and the table adds the power each test has with it. A design may state its family's
+size (``family.size``) where one hypothesis stands for many tests (a matrix of cells). Prints one
+table per design; ``--check`` exits 1 when a design file's declared ``n`` differs from the computed one.
 
     python bench/study_power.py studies/*.yaml
     python bench/study_power.py --check studies/*.yaml
@@ -147,7 +149,7 @@ def needs(design: dict[str, Any]) -> list[Need]:
     """Every powered hypothesis's planning numbers, in the design's order."""
     plan = design["power"]
     family = [h for h in design["hypotheses"] if h.get("in_family", True)]
-    alpha = float(plan["q"]) / len(family)
+    alpha = float(plan["q"]) / int(design.get("family", {}).get("size", len(family)))
     sds = {name: paired_sd(source) for name, source in plan["variance"].items()}
     out = []
     for h in design["hypotheses"]:
@@ -161,16 +163,29 @@ def needs(design: dict[str, Any]) -> list[Need]:
 
 
 def design_n(design: dict[str, Any]) -> int:
-    """The seeds the design runs: its largest hypothesis's, never under ``min_seeds``."""
+    """The seeds the design runs: its largest hypothesis's, never under ``min_seeds``; a pilot's
+    declared n (``power.pilot``), which says why it runs fewer."""
+    if "pilot" in design["power"]:
+        return int(design["power"]["pilot"]["n"])
     return max([int(design["power"]["min_seeds"]), *(need.n for need in needs(design))])
 
 
+def power_at(need: Need, n: int) -> float:
+    """The power ``need``'s test has with ``n`` seeds."""
+    test = power_tost if need.kind == "equivalence" else power_superiority
+    return test(n, need.effect / need.sd, need.alpha)
+
+
 def report(path: Path, design: dict[str, Any]) -> str:
-    lines = [f"{path}: n = {design_n(design)} (declared {design['power'].get('n')})",
-             "  hypothesis             kind         variance        sd        effect    alpha      n"]
+    n = design_n(design)
+    pilot = "pilot" in design["power"]
+    lines = [f"{path}: n = {n}{' (a pilot)' if pilot else ''} (declared {design['power'].get('n')})",
+             "  hypothesis             kind         variance        sd        effect    alpha      n"
+             + (f"   power at n = {n}" if pilot else "")]
     for need in needs(design):
         lines.append(f"  {need.hypothesis:<22} {need.kind:<12} {need.variance:<15} {need.sd:<9.4f} "
-                     f"{need.effect:<9.4g} {need.alpha:<10.2e} {need.n}")
+                     f"{need.effect:<9.4g} {need.alpha:<10.2e} {need.n}"
+                     + (f"    {power_at(need, n):.2f}" if pilot else ""))
     return "\n".join(lines)
 
 

@@ -43,7 +43,9 @@ STUDIES, SWEEPS, RESULTS = ROOT / "studies", ROOT / "sweeps", ROOT / "bench" / "
 
 
 def designs() -> list[Path]:
-    return sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+    """The designs with arms (a matrix design names its one sweep file instead)."""
+    return sorted(p for p in STUDIES.glob("*.yaml")
+                  if p.name != "claims.yaml" and study_power.load(p).get("design") != "matrix")
 
 
 def _owner(key: str) -> tuple[str, str] | None:

@@ -22,7 +22,9 @@ from p2pfed.scenario.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "studies"
-DESIGNS = sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+ALL_DESIGNS = sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+MATRICES = [p for p in ALL_DESIGNS if yaml.safe_load(p.read_text()).get("design") == "matrix"]
+DESIGNS = [p for p in ALL_DESIGNS if p not in MATRICES]   # the designs with arms, tied to quoted claims
 KINDS = {"superiority", "equivalence", "descriptive"}
 PAPERS = Path(os.environ.get("P2PFED_PAPERS", "/work/shared/papers"))
 
@@ -228,3 +230,44 @@ def test_each_study_sweeps_every_arm_once_in_every_scenario(path: Path) -> None:
         cells |= {p.cell.id for p in points}
         assert len({p.cell.id for p in points}) == len(points), f"{sweep.name}: two points run one cell"
     assert len(cells) == len(design["arms"]) * len(design["scenarios"])
+
+
+def _attack_cells(design: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """The ``adversaries`` values a matrix design declares: none, then each attack at each fraction."""
+    return [[]] + [[{"kind": kind, "fraction": f, **options}] for kind, options in design["attacks"].items()
+                   for f in design["fractions"]]
+
+
+@pytest.mark.parametrize("path", MATRICES, ids=lambda p: p.stem)
+def test_a_matrix_designs_sweep_runs_exactly_what_it_declares(path: Path) -> None:
+    """The sweep file a matrix design names runs its method, scenario, settings, seeds 1 to n, every
+    defence and every attack at every fraction, and nothing else."""
+    import json
+
+    design = _read(path)
+    sweep = _read(ROOT / design["sweep"])
+    assert sweep["methods"] == [design["method"]]
+    scenario = (ROOT / design["sweep"]).parent / sweep["scenario"]
+    assert scenario.resolve() == (ROOT / design["scenario"]).resolve()
+    assert sweep["seeds"] == list(range(1, design["power"]["n"] + 1))
+    assert sweep["set"] == design["settings"]
+    assert set(sweep["grid"]) == {"algorithm.robust", "adversaries"}
+    assert sweep["grid"]["algorithm.robust"] == design["defences"]
+    canonical = sorted(json.dumps(a, sort_keys=True) for a in sweep["grid"]["adversaries"])
+    assert canonical == sorted(json.dumps(a, sort_keys=True) for a in _attack_cells(design))
+    members = len(design["defences"]) * len(design["attacks"]) * len(design["fractions"]) + len(design["defences"]) - 1
+    assert design["family"]["size"] == members and design["family"]["correction"] == "benjamini-hochberg"
+    assert "one commit" in design["one_commit"]
+
+
+@pytest.mark.parametrize("path", MATRICES, ids=lambda p: p.stem)
+def test_a_matrix_designs_n_is_its_power_analysis_or_a_pilot_that_says_why(path: Path) -> None:
+    design = _read(path)
+    power = _power_module()
+    (need,) = power.needs(design)
+    assert need.alpha == pytest.approx(design["power"]["q"] / design["family"]["size"])
+    pilot = design["power"].get("pilot")
+    if pilot is None:
+        assert design["power"]["n"] == power.design_n(design) >= 10
+    else:
+        assert design["power"]["n"] == pilot["n"] == power.design_n(design) < need.n and pilot["why"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pfed.algorithms import Attacker
+from p2pfed.algorithms import Attacker, Payload
 from p2pfed.engine.runner import run_scenario
 from p2pfed.plugins import load_object
 from p2pfed.scenario.errors import ScenarioError
@@ -94,6 +94,29 @@ def test_a_users_attack_keeps_the_contract_and_a_broken_one_is_named_by_check(sc
         check_attack(load_object(f"{module}:Unseeded", what="test"))
     with pytest.raises(ContractError, match=r"messages_pass_honest_checks: honest devices refused messages"):
         check_attack(load_object(f"{module}:Reshaping", what="test"))
+
+
+class SetOrderedMirror(Attacker):
+    """Sends, mirrored through zero, the share of the neighbour first in a set of their names: the
+    same neighbour in one process, another in a process with another hash seed."""
+
+    name = "set-ordered"
+
+    def share(self, device, round, parts):
+        by_name = {f"peer-{r.sender}": r for r in device.cache.values()}
+        if not by_name:
+            return parts
+        theirs = by_name[next(iter(set(by_name)))].payload.tensors
+        return [Payload(dict(p.meta), {k: (-theirs[k]).astype(a.dtype) if a.dtype.kind == "f" else a
+                                       for k, a in p.tensors.items()}) for p in parts]
+
+
+def test_an_attack_choosing_in_set_order_fails_the_contract_across_hash_seeds_with_the_likely_causes():
+    with pytest.raises(ContractError, match="same_seed_same_numbers") as err:
+        check_attack(SetOrderedMirror)
+    message = str(err.value)
+    assert "PYTHONHASHSEED" in message and "iterating a set" in message and "self.rng" in message
+    assert "in one process" not in message   # the same within one process: only two processes tell
 
 
 @pytest.mark.parametrize("kind", ["sign-flip", "noise", "free-ride"])

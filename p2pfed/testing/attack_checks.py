@@ -9,8 +9,11 @@ on the planted data, device 0 the adversary::
 
 - ``state_round_trip``: the adversary's ``load_state_dict(state_dict())`` on a fresh device gives
   back the same state, and the two then share the same numbers;
-- ``same_seed_same_numbers``: two runs from the same seed send the same bytes, round by round (a
-  global random generator breaks it: draw from ``self.rng``);
+- ``same_seed_same_numbers``: two runs from the same seed send the same bytes, round by round, in
+  this process (a global random generator breaks it: draw from ``self.rng``) and in two helper
+  processes with different hash seeds (``PYTHONHASHSEED``; iterating a ``set`` of strings breaks
+  it, as it would two ``p2pfed run``s), as the methods' contract compares them. An attack class a
+  new process cannot import is compared in this process only, with a warning;
 - ``messages_pass_honest_checks``: with artifacts signed, as a run signs them by default, every
   message the adversary sends is taken in by its honest neighbours: none is dropped, so the
   attack speaks the method's protocol (a forged origin, a malformed tensor or a non-finite value
@@ -30,11 +33,13 @@ from p2pfed.data import FederatedDataset
 from p2pfed.learning.training import TrainingConfig
 from p2pfed.scenario.loader import method_class
 from p2pfed.scenario.randomness import int_seed
-from p2pfed.testing.checks import HIDDEN, ROUNDS, ContractError, _assert_same, default_dataset, run_contract
+from p2pfed.testing.checks import (HIDDEN, ROUNDS, ContractError, _assert_same, default_dataset, likely_causes,
+                                   run_contract, same_across_hash_seeds)
 from p2pfed.testing.federation import Federation, make_algorithms
 from p2pfed.transport.signing import Signing
 
 ADVERSARY = 0
+LIKELY_CAUSES = likely_causes("self.rng")
 
 
 @dataclass(frozen=True)
@@ -78,12 +83,16 @@ def check_state_round_trip(setup: AttackSetup) -> None:
 
 
 def check_same_seed_same_numbers(setup: AttackSetup) -> None:
-    def sent() -> list[list[bytes]]:
-        federation = setup.federation()
-        return [[out.data for out in federation.round()[ADVERSARY]] for _ in range(3)]
-    if sent() != sent():
-        raise ContractError("two runs from one seed send different bytes; draw from self.rng, not a global "
-                            "generator (np.random.*, torch.rand*, random.*)")
+    if sent_bytes(setup) != sent_bytes(setup):
+        raise ContractError(f"two runs from one seed, in one process, send different bytes ({LIKELY_CAUSES})")
+    owner = None if isinstance(setup.attack, str) else setup.attack
+    same_across_hash_seeds(sent_bytes, setup, owner=owner, uses=[] if owner is None else [owner], causes=LIKELY_CAUSES)
+
+
+def sent_bytes(setup: AttackSetup) -> list[list[bytes]]:
+    """What the adversary sends in three rounds, message by message, as encoded for the wire."""
+    federation = setup.federation()
+    return [[out.data for out in federation.round()[ADVERSARY]] for _ in range(3)]
 
 
 def check_messages_pass_honest_checks(setup: AttackSetup) -> None:

@@ -71,9 +71,16 @@ HIDDEN = (16, 16)
 TOLERANCE = 1e-4      # batched against one at a time, after a few rounds
 DATA_DEVICES, DATA_CLASSES, DATA_FEATURES = 4, 3, 6     # the default planted data
 HASH_SEEDS = ("1", "2")   # of the two helper processes the same-seed check also runs in
-LIKELY_CAUSES = ("likely causes: iterating a set (or a dict filled in set order), whose order changes with "
-                 "the process's hash seed; a global random generator (torch.rand*, np.random.*, random.*) "
-                 "instead of ctx.rng / ctx.torch_generator")
+
+
+def likely_causes(own_generators: str) -> str:
+    """Why two runs from one seed differ, for a class whose own generators are ``own_generators``."""
+    return ("likely causes: iterating a set (or a dict filled in set order), whose order changes with the "
+            "process's hash seed; a global random generator (torch.rand*, np.random.*, random.*) instead of "
+            + own_generators)
+
+
+LIKELY_CAUSES = likely_causes("ctx.rng / ctx.torch_generator")
 
 
 class ContractError(AssertionError):
@@ -174,16 +181,25 @@ def check_batched_equals_one_at_a_time(setup: Setup) -> None:
 def check_same_seed_same_numbers(setup: Setup) -> None:
     first, second = same_seed_outcome(setup), same_seed_outcome(setup)
     _assert_same(first, second, f"two runs from one seed, in one process ({LIKELY_CAUSES})")
-    if not _importable_elsewhere(setup):
+    uses = [setup.method, setup.model if callable(setup.model) and not isinstance(setup.model, torch.nn.Module)
+            else type(setup.model)]
+    same_across_hash_seeds(same_seed_outcome, setup, owner=setup.method, uses=uses, causes=LIKELY_CAUSES)
+
+
+def same_across_hash_seeds(outcome: Callable[[Any], Any], setup: Any, *, owner: type | None,
+                           uses: Sequence[object], causes: str) -> None:
+    """``outcome(setup)`` computed in two helper processes with different hash seeds must agree
+    (``causes``: what the error names when they do not). ``outcome`` and ``setup`` must pickle;
+    ``owner``: the user's class under test (None: a shipped one), named in a warning when a new
+    process cannot import it, and then the comparison is skipped."""
+    if not _importable_elsewhere(setup, owner):
         return
     try:
-        uses = [setup.method, setup.model if callable(setup.model) and not isinstance(setup.model, torch.nn.Module)
-                else type(setup.model)]
-        outcomes = [call_with_hash_seed(seed, same_seed_outcome, setup, uses=uses) for seed in HASH_SEEDS]
+        outcomes = [call_with_hash_seed(seed, outcome, setup, uses=uses) for seed in HASH_SEEDS]
     except HelperError as exc:
         raise ContractError(f"a run from one seed in a helper process failed: {exc}") from None
     _assert_same(outcomes[0], outcomes[1], f"two runs from one seed, in processes with PYTHONHASHSEED="
-                 f"{' and '.join(HASH_SEEDS)} ({LIKELY_CAUSES})")
+                 f"{' and '.join(HASH_SEEDS)} ({causes})")
 
 
 def same_seed_outcome(setup: Setup) -> dict[str, Any]:
@@ -201,16 +217,16 @@ def _differs_between_runs(setup: Setup) -> bool:
     return False
 
 
-def _importable_elsewhere(setup: Setup) -> bool:
-    """Whether a new process can rebuild ``setup`` (the method class, the model, the data, by
-    pickling); if not, says so in a warning."""
+def _importable_elsewhere(setup: Any, owner: type | None) -> bool:
+    """Whether a new process can rebuild ``setup`` (the class under test, a model, the data, by
+    pickling); if not, says so in a warning naming ``owner``."""
     import pickle
     import warnings
 
     if in_helper():
         return False   # already one of the two processes
     problem = None
-    if setup.method.__module__ == "__main__":
+    if owner is not None and owner.__module__ == "__main__":
         problem = "it is defined in __main__"
     else:
         try:
@@ -218,9 +234,10 @@ def _importable_elsewhere(setup: Setup) -> bool:
         except Exception as exc:   # a class in a function, a lambda factory
             problem = f"{type(exc).__name__}: {exc}"
     if problem is not None:
-        warnings.warn(f"{setup.method.__qualname__}: same_seed_same_numbers compared runs in this process only: a new "
-                      f"process cannot import the method or its model ({problem}); define them at a module's top "
-                      "level to check set order too", stacklevel=2)
+        name = owner.__qualname__ if owner is not None else type(setup).__name__
+        warnings.warn(f"{name}: same_seed_same_numbers compared runs in this process only: a new process cannot "
+                      f"import the class or what it is built with ({problem}); define them at a module's top "
+                      "level to check set order too", stacklevel=3)
     return problem is None
 
 
