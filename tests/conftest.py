@@ -62,8 +62,10 @@ SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py"
                  "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
                  "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
                  "test_fedsub_science.py": "fedsub-science",
-                 # the method contract starts two helper processes (hash seeds) in each worker it runs on
-                 "test_method_contract.py": "contract"}
+                 # the method and attack contracts start two helper processes (hash seeds) in each worker
+                 # they run on
+                 "test_method_contract.py": "contract", "test_user_attacks.py": "contract",
+                 "test_adaptive_attacks.py": "contract"}
 # Test files with tests that take many seconds each (they start processes or wait on real time):
 # their tests are handed out first, so that the short tests fill the gaps instead of a long test
 # starting last and running alone.
