@@ -96,7 +96,10 @@ def matrix_page(path: Path, design: dict[str, Any]) -> str:
            "- Fractions of liars: " + ", ".join(f"{round(100 * f)} %" for f in design["fractions"])
            + f"; each with every defence, and every defence without liars: "
            f"{len(design['defences']) * (len(design['attacks']) * len(design['fractions']) + 1)} configurations.",
-           f"- Reference: {design['reference']}.", "", "## Not in this study", ""]
+           f"- Reference: {design['reference']}."]
+    if "cut_before_the_runs" in design:
+        out += ["", "## Cut before the runs", "", design["cut_before_the_runs"]]
+    out += ["", "## Not in this study", ""]
     out += [f"- {item}" for item in design["not_in_this_study"]]
     out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]
     out += [f"- `{k}`: {v}." for k, v in design["metrics"].get("secondary", {}).items()]

@@ -25,7 +25,7 @@ DESIGN = ROOT / "studies" / "adversaries-adaptive.yaml"
 BEGIN, END = "<!-- threat-table: begin (python bench/threat_table.py) -->", "<!-- threat-table: end -->"
 ALPHA = 0.05
 MARGIN = 0.05   # the design's equivalence margin (F1)
-LIARS = {10: 1, 20: 2, 30: 4}   # of the matrix's 12 devices, rounded
+DEVICES = 12   # the matrix's scenario
 
 
 def read_holds(path: Path) -> list[dict[str, str]]:
@@ -71,10 +71,10 @@ def above(rows: list[dict[str, str]]) -> dict[tuple[str, str], list[int]]:
             for key, found in _by_fraction(rows).items()}
 
 
-def declared_order() -> tuple[list[str], list[str]]:
-    """The design's defences and attack kinds, in its order."""
+def declared_order() -> tuple[list[str], list[str], list[float]]:
+    """The design's defences, attack kinds and fractions of liars, in its order."""
     design = yaml.safe_load(DESIGN.read_text())
-    return list(design["defences"]), list(design["attacks"])
+    return list(design["defences"]), list(design["attacks"]), list(design["fractions"])
 
 
 def _above(percents: list[int]) -> str:
@@ -83,12 +83,14 @@ def _above(percents: list[int]) -> str:
 
 def section(rows: list[dict[str, str]]) -> str:
     reach, high = up_to(rows), above(rows)
-    defences, kinds = declared_order()
+    defences, kinds, fractions = declared_order()
+    liars = {round(100 * f): max(1, round(f * DEVICES)) for f in fractions}
     clean = {r["defence"]: _held(r) for r in rows if r["attack"] == "none"}
     seeds = sorted({int(r["seeds"]) for r in rows})
     out = [BEGIN, "",
-           f"Gossip averaging, 12 synthetic devices on a complete graph, 20 rounds; liars at 10, 20 and 30 % "
-           f"({', '.join(str(n) for n in LIARS.values())} of 12). A defence **holds** against an attack up to a "
+           f"Gossip averaging, {DEVICES} synthetic devices on a complete graph, 20 rounds; liars at "
+           f"{' and '.join(f'{p} %' for p in liars)} ({' and '.join(str(n) for n in liars.values())} of {DEVICES}). "
+           "A defence **holds** against an attack up to a "
            f"share of liars when, there and at every smaller share tested, the honest devices' final F1 stays "
            f"within ±0.05 of the run with neither liars nor defence (TOST, the seed the unit, {seeds[-1]} seeds, "
            f"Benjamini–Hochberg over {rows[0]['comparisons']} tests, adjusted p < {ALPHA}). Five seeds are a "
@@ -101,8 +103,8 @@ def section(rows: list[dict[str, str]]) -> str:
         cells = [(f"up to {reach[(d, k)]} %" if reach.get((d, k)) else "–") + _above(high.get((d, k), []))
                  for k in kinds]
         out.append(f"| `{d}` | {cost} | " + " | ".join(cells) + " |")
-    stopped = {(k, p) for (d, k), p in reach.items() for p in LIARS if p <= reach[(d, k)]}
-    unstopped = [f"`{k}` at {p} %" for k in kinds for p in LIARS if (k, p) not in stopped]
+    stopped = {(k, p) for (d, k) in reach for p in liars if p <= reach[(d, k)]}
+    unstopped = [f"`{k}` at {p} %" for k in kinds for p in liars if (k, p) not in stopped]
     out += ["", "Nothing here is shown to stop: " + (", ".join(unstopped) if unstopped else "–") + ".", "",
             "Not yet in this matrix: Ditto and FedSub (their results against the naive attacks: "
             "[docs/results.md](docs/results.md)), and real peers with a Sybil. Design: "

@@ -29,6 +29,10 @@ adversaries = _load("adversaries_tests")
 threat = _load("threat_table")
 
 
+def test_the_readme_threat_table_is_what_the_committed_tests_give():
+    assert threat.main(["--check"]) == 0, "run python bench/threat_table.py and commit README.md"
+
+
 def test_holds_is_the_larger_of_the_two_one_sided_p_values():
     clean = np.array([0.70, 0.72, 0.68, 0.75, 0.71])
     close = clean + np.array([0.01, -0.02, 0.0, 0.015, -0.005])
