@@ -29,6 +29,14 @@ def claims() -> dict[str, Any]:
     return study_power.load(STUDIES / "claims.yaml")
 
 
+def _runs(design: dict[str, Any]) -> str:
+    """Whether the study's results folder holds its runs yet."""
+    folder = design.get("results")
+    if folder and (study_power.ROOT / folder / "sweep.csv").exists():
+        return f"run: results in `{folder}`"
+    return "no run yet"
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -84,7 +92,7 @@ def matrix_page(path: Path, design: dict[str, Any]) -> str:
     (need,) = study_power.needs(design)
     n = study_power.design_n(design)
     out = [f"# Study design: {design['study']}", "",
-           f"Status: **{design['status']}** (no run yet). Generated from `studies/{path.name}` by "
+           f"Status: **{design['status']}** ({_runs(design)}). Generated from `studies/{path.name}` by "
            "`python bench/study_pages.py`; the YAML is the declaration.", "",
            design["one_commit"], "", "## Question", "", design["question"], "",
            "## The matrix", "",
@@ -132,7 +140,7 @@ def design_page(path: Path) -> str:
     quoted = {c["id"]: c for c in claims()["claims"]}
     plan = design["power"]
     out = [f"# Study design: {design['study']}", "",
-           f"Status: **{design['status']}** (no run yet). Generated from `studies/{path.name}` by "
+           f"Status: **{design['status']}** ({_runs(design)}). Generated from `studies/{path.name}` by "
            "`python bench/study_pages.py`; the YAML is the declaration.", "",
            design["one_commit"], "", "## Scenarios and settings", ""]
     out += [f"- `{name}`: `{file}`" for name, file in design["scenarios"].items()]
