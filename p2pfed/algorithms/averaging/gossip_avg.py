@@ -96,14 +96,19 @@ class GossipAvg(Algorithm[GossipOptionsT]):
         if self.local_phase(round):
             return None
         peers = [(r.parsed, float(sample_count(r.payload))) for r in self.mates(round, fresh)]
+        return self.fuse_peers(peers, self.shared_shapes)
+
+    def fuse_peers(self, peers: list[tuple[dict[str, np.ndarray], float]],
+                   shapes: dict[str, tuple[int, ...]]) -> FusionWork:
+        """The peers' parameters named in ``shapes`` fused into this device's model: by the
+        ``robust`` rule, in place and counted, or else as an averaging job for the runtime."""
         if self.options.robust != "none" and peers:
-            left_out = robust_into(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes,
-                                   self.options)
+            left_out = robust_into(self.ctx.model, float(self.ctx.num_samples), peers, shapes, self.options)
             self.robust_counts["fusions"] += 1
             self.robust_counts["peer_models"] += len(peers)
             self.robust_counts["set_aside"] += left_out
             return None
-        return averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, self.shared_shapes)
+        return averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, shapes)
 
 
 def robust_into(model: torch.nn.Module, own_weight: float, peers: list[tuple[dict[str, np.ndarray], float]],

@@ -24,10 +24,10 @@ from pydantic import Field, ValidationInfo, model_validator
 from torch import nn
 from typing_extensions import TypeVar
 
-from p2pfed.algorithms.averaging.gossip_avg import GossipAvgOptions, robust_into
+from p2pfed.algorithms.averaging.gossip_avg import GossipAvgOptions
 from p2pfed.algorithms.averaging.split_gossip import SplitGossip
 from p2pfed.algorithms.base import FusionWork, Payload, Received, run_facts
-from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
+from p2pfed.algorithms.model_payload import (checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
 
@@ -107,7 +107,4 @@ class LgFedAvg(SplitGossip[LgFedAvgOptionsT]):
         if not self.warming(round):
             return super().fuse(fresh, round, now)
         peers = [(r.parsed, float(sample_count(r.payload))) for r in fresh if self.kept[0] in r.parsed]
-        if self.options.robust != "none" and peers:
-            robust_into(self.ctx.model, float(self.ctx.num_samples), peers, self.whole_shapes, self.options)
-            return None
-        return self.counted(averaging_job(self.ctx.model, float(self.ctx.num_samples), peers, self.whole_shapes))
+        return self.counted(self.fuse_peers(peers, self.whole_shapes))
