@@ -217,13 +217,13 @@ def _sybil_on_the_lan(out: Path, *extra: str) -> tuple[dict, list[dict]]:
     return summary, honest
 
 
-@pytest.mark.slow   # in the slow set .ci/run also runs (two launches of six peers, 22 s of contacts each)
+@pytest.mark.slow   # in the slow set .ci/run also runs (two launches of six peers, 450 simulated seconds at 20x each)
 def test_a_sybil_on_the_emulated_lan_is_refused_signed_and_wins_unsigned(tmp_path, permitted):
     """Six CURVE peers, each its own host: signed (the default), the Sybil's forged copies are
     refused by the honest peers and counted in their own ``comm.drop_reasons`` as
     ``bad-signature``, and the median keeps them learning; unsigned, the same copies are taken as
     their claimed owners' and outvote the median: the honest models are driven to chance level
-    (a macro F1 of 0.1 here) while the signed run's stay far above it."""
+    (one class predicted for all) while the signed run's stay far above it."""
     signed, signed_honest = _sybil_on_the_lan(tmp_path / "signed")
     unsigned, unsigned_honest = _sybil_on_the_lan(tmp_path / "unsigned", "security.sign_artifacts=false")
     refused = [s["comm"]["drop_reasons"].get("bad-signature", 0) for s in signed_honest]
