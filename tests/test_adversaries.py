@@ -186,6 +186,24 @@ def test_attack_entries_that_cannot_work_are_refused_by_field():
         _device("[{kind: subnetwork-poison, devices: [2], target_class: 1}]")
 
 
+def test_a_resolved_scenario_with_liars_loads_again_as_a_bundle_writes_it(tmp_path):
+    """``dump`` spells every adversary field, those of other attacks at their defaults, as a
+    bundle's ``scenario.yaml`` does: it loads again, and another attack's field set away from
+    its default is still refused."""
+    import yaml
+    from p2pfed.scenario.loader import dump
+    sybil = [*GOSSIP, "forwarding.enabled=true", "forwarding.parts=[whole]", "contacts.kind=poisson",
+             "adversaries=[{kind: [sign-flip, sybil], devices: [0], factor: 3, identities: 2}]"]
+    data = dump(load_scenario(SCENARIO, sybil))
+    resolved = tmp_path / "scenario.yaml"
+    resolved.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load_scenario(resolved).scenario.adversaries == load_scenario(SCENARIO, sybil).scenario.adversaries
+    for key, value in (("z", 1.5), ("epsilon", 0.5), ("deviation", "sign")):
+        resolved.write_text(yaml.safe_dump({**data, "adversaries": [{**data["adversaries"][0], key: value}]}))
+        with pytest.raises(ScenarioError, match=f"{key} is .*'s, not sign-flip\\+sybil's"):
+            load_scenario(resolved)
+
+
 def test_robust_class_rows_follow_the_honest_mates_and_count_what_they_set_aside():
     """One class, four mates (this device first) holding the same rows, one of them a liar whose
     rows are -50: the median and Krum give the honest rows, the weighted mean would not, and the

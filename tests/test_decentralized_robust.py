@@ -5,6 +5,7 @@ its rule on a tiny example, holds where plain averaging does not, and is usable 
 
 from __future__ import annotations
 
+import tracemalloc
 from functools import lru_cache
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from p2pfed.engine.runner import run_scenario
-from p2pfed.learning.robust_fusion import combine, gossip_radius, masked_combine, set_aside
+from p2pfed.learning.robust_fusion import (combine, gossip_radius, krum_choice, masked_combine, set_aside,
+                                          squared_distances)
 from p2pfed.scenario.loader import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "synthetic-small.yaml"
@@ -27,6 +29,47 @@ def test_multi_krum_averages_the_n_minus_f_best_scored():
     assert np.allclose(combine(rows, ones, "multi-krum", byzantine=1), [1.5])
     assert set_aside(rows, "multi-krum", byzantine=1) == 1
     assert np.allclose(combine(rows, ones, "krum", byzantine=1), [1.0])   # Krum's single choice: the first best
+
+
+def _krum_with_the_whole_difference_array(rows: np.ndarray, byzantine: int, select: int) -> np.ndarray:
+    """Krum's choice as it was computed before: every pair's differences held at once."""
+    n = len(rows)
+    f = min(byzantine, max((n - 3) // 2, 0))
+    squared = np.sum((rows[:, None, :] - rows[None, :, :]) ** 2, axis=2)
+    np.fill_diagonal(squared, np.inf)
+    scores = np.sort(squared, axis=1)[:, :min(max(n - f - 2, 1), n - 1)].sum(axis=1) if n > 1 else np.zeros(1)
+    return np.argsort(scores, kind="stable")[:min(select, n)]
+
+
+def test_krums_distances_are_the_whole_difference_arrays_to_the_last_bit_ties_included():
+    """Random models of both float widths and many sizes, a third of them small integers (equal
+    distances, repeated models: ties): the same distances, bit for bit, and the same choice."""
+    rng = np.random.default_rng(5)
+    for trial in range(600):
+        n, width = int(rng.integers(1, 13)), int(rng.integers(1, 700))
+        rows = rng.normal(size=(n, width)) * rng.choice([1e-3, 1.0, 1e3])
+        if trial % 3 == 0:
+            rows = rng.integers(-1, 2, size=(n, width)).astype(float)
+            rows[rng.integers(0, n)] = rows[0]
+        rows = rows.astype(np.float32 if trial % 2 else np.float64)
+        whole = np.sum((rows[:, None, :] - rows[None, :, :]) ** 2, axis=2)
+        assert whole.dtype == squared_distances(rows).dtype and np.array_equal(whole, squared_distances(rows))
+        byzantine, select = int(rng.integers(0, 4)), int(rng.integers(1, n + 1))
+        assert np.array_equal(krum_choice(rows, byzantine, select),
+                              _krum_with_the_whole_difference_array(rows, byzantine, select))
+
+
+def test_krums_memory_grows_as_the_models_not_as_their_pairs():
+    """24 models of 50,000 values: Krum's scoring holds at most two copies of the models at a time,
+    where all pairs' differences would be 24 copies."""
+    rows = np.random.default_rng(0).normal(size=(24, 50_000))
+    tracemalloc.start()
+    try:
+        krum_choice(rows, byzantine=2, select=3)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * rows.nbytes, peak / rows.nbytes
 
 
 def test_clipped_gossip_clips_the_f_farthest_peers_to_the_next_ones_distance():

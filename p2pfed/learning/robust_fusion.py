@@ -95,10 +95,23 @@ def krum_choice(rows: np.ndarray, byzantine: int, select: int) -> np.ndarray:
     n = len(rows)
     f = tolerated(n, byzantine)
     neighbours = max(n - f - 2, 1)
-    squared = np.sum((rows[:, None, :] - rows[None, :, :]) ** 2, axis=2)
+    squared = squared_distances(rows)
     np.fill_diagonal(squared, np.inf)
     scores = np.sort(squared, axis=1)[:, :min(neighbours, n - 1)].sum(axis=1) if n > 1 else np.zeros(1)
     return np.argsort(scores, kind="stable")[:min(select, n)]
+
+
+def squared_distances(rows: np.ndarray) -> np.ndarray:
+    """Every pair of rows' squared Euclidean distance (rows × rows, 0 on the diagonal), one row's
+    differences to the later rows at a time: the memory of rows × values, never rows² × values
+    (large models), and each entry the same sum of squared differences, summed in the same order,
+    as the whole difference array gives, so Krum's choice is the same to the last bit (ties
+    included); the Gram-matrix identity would round differently."""
+    n = len(rows)
+    squared = np.zeros((n, n), dtype=(rows[:0] - rows[:0]).dtype)
+    for i in range(n - 1):
+        squared[i, i + 1:] = np.sum((rows[i + 1:] - rows[i]) ** 2, axis=1)
+    return squared + squared.T
 
 
 def set_aside(rows: np.ndarray, rule: str, *, byzantine: int = 1, select: int = 1, clip_norm: float = 1.0) -> int:

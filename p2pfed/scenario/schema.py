@@ -586,7 +586,8 @@ class AdversarySection(Section):
         if ("prototype-shift" in kinds and self.toward == "device") != (self.victim is not None):
             raise ValueError("adversaries: victim goes with prototype-shift toward device, and only with it")
         for key, owners in (("z", ("alie",)), ("epsilon", ("ipm",)), ("deviation", ("min-max", "min-sum"))):
-            if key in self.model_fields_set and not set(owners) & set(kinds):
+            # at its default it means nothing either way: a resolved scenario (a bundle's) spells every field
+            if getattr(self, key) != type(self).model_fields[key].default and not set(owners) & set(kinds):
                 raise ValueError(f"adversaries: {key} is {' and '.join(owners)}'s, not {'+'.join(kinds)}'s")
         if self.target_class is not None and not needs_target and "label-flip" not in kinds:
             raise ValueError(f"adversaries: target_class means nothing to {'+'.join(kinds)}")
