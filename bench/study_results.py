@@ -316,7 +316,9 @@ def claim_status(rows: list[Row], hypotheses: list[str]) -> str:
     mine = [r for r in rows if r.hypothesis["id"] in hypotheses]
     if not mine:
         return "not tested: none of its hypotheses is in the family"
-    detail = "; ".join(f"{r.hypothesis['id']}: {r.verdict}" for r in mine)
+    detail = "; ".join(f"{r.hypothesis['id']}: {r.verdict}, {r.hypothesis['a']} − {r.hypothesis['b']} "
+                       f"{_num(r.diff, max(abs(r.mean_a), abs(r.mean_b)))}, adjusted p {_p(r.p_adjusted)}"
+                       for r in mine)
     if any(r.shown == "opposite" for r in mine):
         head = "not reproduced"
     elif all(r.shown == "claimed" for r in mine):
