@@ -344,9 +344,21 @@ def statuses(path: Path) -> dict[str, str]:
 
 # --- departures ---------------------------------------------------------------------------------
 
+def in_history(commit: str) -> bool:
+    """Whether this checkout's git history holds ``commit``."""
+    try:
+        found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+    except OSError:
+        return False
+    return found.returncode == 0
+
+
 def _declared_at(study: Study) -> str | None:
     """A departure when the design at the runs' commit is not the one read now (bookkeeping aside)."""
     name = _rel(study.path)
+    if not in_history(study.commit):
+        raise ResultsError(f"{_rel(study.folder / 'COMMIT')}: commit {study.commit[:12]} is not in this checkout's "
+                           "git history, which the check that the design preceded the runs reads")
     shown = subprocess.run(["git", "show", f"{study.commit}:{name}"], cwd=ROOT, capture_output=True, text=True)
     if shown.returncode != 0:
         return f"`{name}` is not in the runs' commit {study.commit[:12]}: it was not declared before them"
