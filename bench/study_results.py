@@ -67,6 +67,7 @@ class Run:
     seed: int
     cell: StoredCell
     where: str                                  # the file that holds it, for messages
+    sweep: Path                                 # the sweep folder that holds it
 
 
 @dataclass
@@ -120,7 +121,7 @@ def page_path(design: dict[str, Any]) -> Path:
 
 # --- reading and checking the folder ------------------------------------------------------------
 
-def _cells(folder: Path, commit: str) -> list[tuple[StoredCell, str]]:
+def _cells(folder: Path, commit: str) -> list[tuple[StoredCell, str, Path]]:
     """Every finished run under ``folder``'s sweep folders, each checked to come from ``commit``."""
     out, top = [], _rel(folder / "COMMIT")
     for sweep in sorted(p for p in folder.iterdir() if p.is_dir()):
@@ -136,7 +137,7 @@ def _cells(folder: Path, commit: str) -> list[tuple[StoredCell, str]]:
                                    f"{commit[:12]}: runs of one study come from one commit")
             if code.get("git_dirty"):
                 raise ResultsError(f"{where}: run from a tree with uncommitted changes")
-            out.append((cell, where))
+            out.append((cell, where, sweep))
     return out
 
 
@@ -185,7 +186,7 @@ def read_study(path: Path, folder: Path | None = None) -> Study:
         raise ResultsError(f"{_rel(stamp)}: missing; a study's results folder names the one commit of its runs")
     commit = stamp.read_text().strip()
     runs: dict[tuple[str, str], dict[int, Run]] = {(a, s): {} for s in design["scenarios"] for a in design["arms"]}
-    for cell, where in _cells(folder, commit):
+    for cell, where, sweep in _cells(folder, commit):
         arm, scenario = _arm_of(design, cell), _scenario_of(design, cell)
         if arm is None or scenario is None:
             raise ResultsError(f"{where}: a run of {cell.summary.get('algorithm')} on "
@@ -194,11 +195,11 @@ def read_study(path: Path, folder: Path | None = None) -> Study:
         if seed in runs[arm, scenario]:
             raise ResultsError(f"{where}: arm {arm} ({scenario}) seed {seed} ran twice "
                                f"(also {runs[arm, scenario][seed].where})")
-        runs[arm, scenario][seed] = Run(arm, scenario, seed, cell, where)
+        runs[arm, scenario][seed] = Run(arm, scenario, seed, cell, where, sweep)
     n = int(design["power"]["n"])
     for (arm, scenario), seeds in runs.items():
         if sorted(seeds) != list(range(1, n + 1)):
-            holder = sorted({str(Path(r.where).parent.parent) for r in seeds.values()}) or [_rel(folder)]
+            holder = sorted({_rel(r.sweep) for r in seeds.values()}) or [_rel(folder)]
             raise ResultsError(f"{', '.join(holder)}: arm {arm} ({scenario}) ran seeds {_spans(sorted(seeds))}; "
                                f"{_rel(path)} declares seeds 1 to {n}")
     study = Study(path, design, folder, commit, runs)

@@ -103,6 +103,11 @@ def test_fedpews_statistics_agree_with_scipy_on_the_committed_runs(results: Any)
         assert rows[hypothesis].p == pytest.approx(p, rel=1e-9)
         assert rows[hypothesis].p_adjusted == pytest.approx(adjusted[hypothesis], rel=1e-9)
         assert rows[hypothesis].low < diff < rows[hypothesis].high
+    # the sweep's own paired.csv (per-device F1 from devices.csv) tests the final F1 the same way
+    paired = pd.read_csv(FEDPEWS_RESULTS / "fedpews-convergence-baselines" / "paired.csv")
+    row = paired[(paired["a"] == "fedpews") & (paired["b"] == "gossip-avg") & (paired["protocol"] == "after-fusion")]
+    assert float(row["p_value"].iloc[0]) == pytest.approx(rows["final"].p, rel=5e-3)
+    assert float(row["f1_diff"].iloc[0]) == pytest.approx(rows["final"].diff, abs=1e-5)
 
 
 def _copy(tmp_path: Path) -> Path:
