@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import study_power
+import study_results
 
 from p2pfed.scenario.fields import yaml_text
 
@@ -30,7 +31,11 @@ def claims() -> dict[str, Any]:
 
 
 def _runs(design: dict[str, Any]) -> str:
-    """Whether the study's results folder holds its runs yet."""
+    """Whether the study's results folder holds its runs yet, with a link to its results page."""
+    page = study_results.page_path(design)
+    if study_results.has_results(design) and page.is_file():
+        where = page.parent.relative_to(study_power.ROOT)
+        return f"run: results in [`{where}`](../{where}/README.md)"
     folder = design.get("results")
     if folder and (study_power.ROOT / folder / "sweep.csv").exists():
         return f"run: results in `{folder}`"
@@ -180,18 +185,32 @@ def design_page(path: Path) -> str:
     return "\n".join(out)
 
 
+def _status(claim: dict[str, Any], decided: dict[str, dict[str, str]]) -> str:
+    """A claim's status: its study's result where the study has run (``status: run``), else as declared."""
+    if claim["status"] != "run":
+        return _cell(claim["status"])
+    study = claim["decided_by"]["study"]
+    if study not in decided:
+        decided[study] = study_results.statuses(STUDIES / f"{study}.yaml")
+    folder = study_results.results_folder(study_power.load(STUDIES / f"{study}.yaml")).relative_to(study_power.ROOT)
+    return f"**{_cell(decided[study][claim['id']])}** ([results](../{folder}/README.md))"
+
+
 def claims_page() -> str:
     table = claims()
     out = ["# Claims table: every headline claim of the five seed papers", "",
-           "Generated from `studies/claims.yaml` by `python bench/study_pages.py`. Declared before any run: "
-           "no claim has a result yet. Each quote is exactly as the paper's text gives it (\" … \" joins "
-           "fragments where the text extraction broke a symbol).", "",
+           "Generated from `studies/claims.yaml` by `python bench/study_pages.py`. A claim whose study has run "
+           "takes its status from that study's results, as `bench/study_results.py` tests them (the seed the "
+           "unit, Benjamini–Hochberg over the study's declared family); the others are declared before their "
+           "runs. Each quote is exactly as the paper's text gives it (\" … \" joins fragments where the text "
+           "extraction broke a symbol).", "",
            "| paper | where | claim | status | decided by |", "|---|---|---|---|---|"]
+    decided: dict[str, dict[str, str]] = {}
     for c in table["claims"]:
-        decided = c.get("decided_by")
-        by = f"[{decided['study']}]({decided['study']}.md): {', '.join(decided['hypotheses'])}" if decided else "–"
+        by_study = c.get("decided_by")
+        by = f"[{by_study['study']}]({by_study['study']}.md): {', '.join(by_study['hypotheses'])}" if by_study else "–"
         note = f" ({_cell(c['note'])})" if "note" in c else ""
-        out.append(f"| {c['paper']} | {c['where']} | \"{_cell(c['quote'])}\" | {_cell(c['status'])}{note} | {by} |")
+        out.append(f"| {c['paper']} | {c['where']} | \"{_cell(c['quote'])}\" | {_status(c, decided)}{note} | {by} |")
     out += ["", "Papers:", ""] + [f"- `{k}`: {v}" for k, v in table["papers"].items()] + [""]
     return "\n".join(out)
 

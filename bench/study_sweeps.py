@@ -57,7 +57,7 @@ def _owner(key: str) -> tuple[str, str] | None:
     return method, f"{METHODS_PREFIX}.{option}"
 
 
-def _value(design: dict[str, Any], method: str, arm: dict[str, Any], key: str) -> Any:
+def arm_value(design: dict[str, Any], method: str, arm: dict[str, Any], key: str) -> Any:
     """What an arm runs ``key`` at: its own setting, the design's, or the method's default."""
     if key in arm.get("set", {}):
         return arm["set"][key]
@@ -78,7 +78,7 @@ def _groups(design: dict[str, Any]) -> list[tuple[str, list[str], str | None]]:
         if len(arms) == 1:
             continue
         keys = sorted({k for a in arms for k in design["arms"][a].get("set", {})})
-        values = {k: [_value(design, method, design["arms"][a], k) for a in arms] for k in keys}
+        values = {k: [arm_value(design, method, design["arms"][a], k) for a in arms] for k in keys}
         varying = [k for k in keys if len({repr(v) for v in values[k]}) > 1]
         swept = max(varying, key=lambda k: len({repr(v) for v in values[k]}))
         rest = [k for k in varying if k != swept]
@@ -109,7 +109,7 @@ def _sweep(design: dict[str, Any], scenario: str, arms: list[str], swept: str | 
                 own[spec["method"]][owner[1] if owner is not None else key] = value
     if swept is not None:   # one method's arms: the swept key's value per arm, never also fixed
         method, target = specs[0]["method"], (_owner(swept) or ("", swept))[1]
-        grid[target] = [_value(design, method, spec, swept) for spec in specs]
+        grid[target] = [arm_value(design, method, spec, swept) for spec in specs]
         own[method].pop(target, None)
     sweep: dict[str, Any] = {"scenario": f"../{design['scenarios'][scenario]}", "methods": methods,
                              "seeds": list(range(1, design["power"]["n"] + 1)), "set": common}
