@@ -135,11 +135,16 @@ class Simulation:
         self.env = simpy.Environment()
         self.energy = energy
         if energy is not None:
-            energy.clock = self.now
-            for i, loop in zip(self.devices, self.loops):
-                loop.count_work = True
-                if energy.has_batteries:
-                    loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
+            self._meter_devices(energy)
+
+    def _meter_devices(self, energy: EnergyMeter) -> None:
+        """The energy meter reads this runtime's clock, the devices count their work and read
+        their batteries."""
+        energy.clock = self.now
+        for i, loop in zip(self.devices, self.loops):
+            loop.count_work = True
+            if energy.has_batteries:
+                loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
 
     def now(self) -> float:
         return float(self.env.now)
