@@ -4,10 +4,10 @@ The devices are partitioned by the graph (``p2pfed.engine.partition``); each sha
 on its own worker that builds and runs its devices (``p2pfed.engine.shard``). A round is one call
 per shard: it takes in the messages other shards sent it, runs to the round's start and acts; the
 messages it sends to other shards' devices come back to this driver, which hands them to their
-receivers' shards with the next call. Every shard acts at the same instant of simulated time and
-no message arrives before the round after the one it was sent in starts (it is sent at a round's
-start and its bytes take time on the link), so the shards never wait on one another within a
-round, and the results are the one process's.
+receivers' shards with the next call. That is early enough: a message leaves at the start of the
+round it is shared in and arrives a link's latency later at the earliest, while the receiving
+shard's clock still stands at that start until its next call. So the shards never wait on one
+another within a round, and every device sees what it would see in one process.
 
 A checkpoint is one file per shard, written by the shard where it runs (named with the round, so
 a stop between two files leaves the previous set whole), and a small file here naming them.
@@ -15,7 +15,6 @@ a stop between two files leaves the previous set whole), and a small file here n
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pfed.engine.shard import Crossing, Shard
+from p2pfed.extras import require
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.loader import fingerprint
 from p2pfed.scenario.spec import RunSpec
@@ -60,7 +60,7 @@ def shard_args(loaded: RunSpec, parts: Sequence[Sequence[int]]) -> list[tuple[An
 def dask_shards(loaded: RunSpec, parts: Sequence[Sequence[int]]) -> Iterator[list[Any]]:
     """One Dask actor per shard, each on its own worker where there are enough: on the scheduler
     ``engine.scheduler`` names, or on a local cluster of one process per shard."""
-    dask: Any = importlib.import_module("distributed")   # the sweeps extra, needed only here
+    dask: Any = require("distributed", extra="sweeps", package="Dask", needed_by="engine.shards")
     engine = loaded.scenario.engine
     if logging.getLogger().getEffectiveLevel() > logging.INFO:   # Dask's INFO lines only with -v
         logging.getLogger("distributed").setLevel(logging.ERROR)
