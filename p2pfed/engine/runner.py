@@ -189,7 +189,7 @@ def simulate_sharded(loaded: RunSpec, *, progress: bool = True, checkpointing: C
         if at_end is None:
             return None
         stats, views = runtime.device_results(bool(sc.adversaries))
-    extra = {**rounds_extra(loaded, build_class_schedule(loaded)), "sharding": runtime.crossing_summary()}
+        extra = {**rounds_extra(loaded, build_class_schedule(loaded)), "sharding": runtime.crossing_summary()}
     if loaded.swapped is not None:
         extra["swapped"] = loaded.swapped.to_dict()
     if sc.adversaries:

@@ -13,6 +13,7 @@ recorders merged are the one process's.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,7 @@ class Shard:
             import torch
             torch.set_num_threads(threads)
         self.mark = mark
+        self.busy_s = 0.0
         dataset = loaded.federation
         self.offload = make_offload(helper=False, batched=sc.engine.batched_training)
         pool = pooled_test_data(dataset) if sc.evaluation.generalization else None
@@ -124,10 +126,20 @@ class Shard:
         self.sim = sim
 
     def step(self, r: int, inbox: list[Crossing]) -> list[Crossing]:
-        return self.sim.step(r, inbox)
+        started = time.perf_counter()
+        try:
+            return self.sim.step(r, inbox)
+        finally:
+            self.busy_s += time.perf_counter() - started
 
     def settle(self, to: int, inbox: list[Crossing]) -> None:
+        started = time.perf_counter()
         self.sim.settle(to, inbox)
+        self.busy_s += time.perf_counter() - started
+
+    def busy(self) -> float:
+        """Wall seconds this shard has spent computing its rounds (not waiting for calls)."""
+        return self.busy_s
 
     def recorded(self) -> dict[str, Any]:
         """What this shard's recorder holds (``Recorder.from_state``)."""

@@ -16,6 +16,7 @@ a stop between two files leaves the previous set whole), and a small file here n
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,6 +115,8 @@ class ShardedRounds:
         self.crossed: list[list[int]] = []   # per round: [messages, bytes] between shards
         self._inbox: list[list[Crossing]] = [[] for _ in self.parts]
         self._kept: list[str] = []   # the shard files the last checkpoint names
+        self.wall_s = 0.0            # wall seconds spent in ``advance``
+        self.rounds_run = 0          # rounds run by this driver (not restored from a checkpoint)
 
     @property
     def total(self) -> int:
@@ -138,6 +141,7 @@ class ShardedRounds:
 
     def advance(self, to: int) -> None:
         """Run rounds ``next_round`` .. ``to`` - 1, every shard at once in each."""
+        started = time.perf_counter()
         for r in range(self.next_round, to):
             calls = [s.step(r, box) for s, box in zip(self.shards, self._inbox, strict=True)]
             self._route([c.result() for c in calls])
@@ -145,6 +149,8 @@ class ShardedRounds:
                 self.on_round(r)
         for call in [s.settle(to, box) for s, box in zip(self.shards, self._inbox, strict=True)]:
             call.result()
+        self.wall_s += time.perf_counter() - started
+        self.rounds_run += to - self.next_round
         self._inbox = [[] for _ in self.parts]
         self.next_round = to
         self._gather()
@@ -180,11 +186,16 @@ class ShardedRounds:
         return [stats for stats, _ in ordered], {d: results[d][1] for d in sorted(results) if views}
 
     def crossing_summary(self) -> dict[str, Any]:
-        """What summary.json reports of the split: shards, their sizes, what crossed per round."""
-        rounds = max(len(self.crossed), 1)
+        """What summary.json reports of the split: shards, their sizes, what crossed per round,
+        and the wall seconds per round of each shard's computing and of the whole round (the
+        rounds this driver ran)."""
+        rounds, ran = max(len(self.crossed), 1), max(self.rounds_run, 1)
+        busy = [float(c.result()) for c in [s.busy() for s in self.shards]]
         return {"shards": len(self.parts), "devices_per_shard": [len(p) for p in self.parts],
                 "messages_across_per_round": sum(m for m, _ in self.crossed) / rounds,
-                "bytes_across_per_round": sum(b for _, b in self.crossed) / rounds}
+                "bytes_across_per_round": sum(b for _, b in self.crossed) / rounds,
+                "shard_compute_s_per_round": [round(b / ran, 6) for b in busy],
+                "wall_s_per_round": round(self.wall_s / ran, 6)}
 
     # -- checkpoints -------------------------------------------------------------------------
     def _shard_file(self, k: int, round: int) -> Path:
