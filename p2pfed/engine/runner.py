@@ -198,7 +198,7 @@ def simulate_sharded(loaded: RunSpec, *, progress: bool = True, checkpointing: C
     summary = build_summary(dump(loaded), loaded.source, recorder, stats, devices=n, sim_time_s=runtime.now(),
                             wall_time_s=time.perf_counter() - wall_start,
                             full_model_bytes=full_model_bytes(model, sc.engine.precision), **extra)
-    shown.tick(runtime.position())
+    rows.emit(recorder.rows)
     rows.end(summary)
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), None,
                      resumed_at_end=at_end, graph=graph)
