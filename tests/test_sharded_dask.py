@@ -41,3 +41,23 @@ def test_two_dask_workers_write_one_process_results(method, scheduler, tmp_path)
     assert (summary["sharding"]["messages_across_per_round"] > 0) == (summary["comm"]["messages_sent"] > 0)
     for name in ("rounds.csv", "devices.csv"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+
+
+def test_dask_shards_stopped_after_a_checkpoint_resume_to_one_process_results(scheduler, tmp_path):
+    """Each worker writes its shard's checkpoint file; a later run resumes from them."""
+    from p2pfed.engine.runner import Checkpointing
+
+    raw = scenario("fedsub", shards=2, scheduler=scheduler)
+    raw["rounds"] = 3
+    run_scenario(load_mapping({**raw, "engine": {"batched_training": False}}, "<test>", Path.cwd()),
+                 tmp_path / "one", progress=False)
+    path = tmp_path / "two" / "checkpoint.pt"
+    path.parent.mkdir()
+    stopped = run_scenario(load_mapping(raw, "<test>", Path.cwd()), tmp_path / "two", progress=False,
+                           checkpointing=Checkpointing(path, stop_after_round=2))
+    assert stopped is None and (tmp_path / "two" / "checkpoint.pt.shard1-round2").exists()
+    assert not (tmp_path / "two" / "rounds.csv").exists()
+    run_scenario(load_mapping(raw, "<test>", Path.cwd()), tmp_path / "two", progress=False,
+                 checkpointing=Checkpointing(path))
+    for name in ("rounds.csv", "devices.csv"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
