@@ -59,6 +59,26 @@ def test_shards_equal_one_process_bit_for_bit_and_count_what_crosses():
     assert three is not None and figures(three)[0].equals(rows)
 
 
+@pytest.mark.parametrize("section, values", [
+    ("engine", {"participation": 0.5}),
+    ("security", {"sign_artifacts": True}),
+    ("adversaries", [{"kind": "label-flip", "fraction": 0.3, "source_class": 0, "target_class": 1}]),
+    ("dynamic", {"devices_fraction": 0.5, "return_every": 1}),
+    ("topology", {"kind": "small-world", "k": 2, "p": 0.3, "latency_s": 40.0}),   # arrivals a round late
+    ("evaluation", {"generalization": True, "every": 2}),
+])
+def test_three_shards_equal_one_process_whatever_the_scenario_adds(section, values):
+    one_raw, three_raw = tiny("fedsub"), tiny("fedsub", shards=3)
+    for raw in (one_raw, three_raw):
+        raw[section] = {**raw.get(section, {}), **values} if isinstance(values, dict) else values
+    one = simulate(spec(one_raw), progress=False)
+    three = simulate_sharded(spec(three_raw), progress=False, shards=local_shards)
+    assert one is not None and three is not None
+    assert figures(three)[0].equals(figures(one)[0]) and figures(three)[1] == figures(one)[1]
+    for key in ("comm", "adversaries", "dynamic"):
+        assert three.summary.get(key) == one.summary.get(key), key
+
+
 def test_batched_shards_equal_one_process_up_to_float_rounding():
     one = simulate(spec(tiny("fedsub", batched_training=True)), progress=False)
     two = simulate_sharded(spec(tiny("fedsub", shards=2, batched_training=True)), progress=False, shards=local_shards)

@@ -103,7 +103,7 @@ class Shard:
                  threads: int | None = None) -> None:
         loaded = build(scenario, source, Path(base_dir))
         if fingerprint(loaded) != mark:
-            raise RuntimeError(f"{source}: this worker resolves the scenario to another run than the client did "
+            raise ValueError(f"{source}: this worker resolves the scenario to another run than the client did "
                                "(a different p2pfed version, data file or method on the worker?)")
         sc = loaded.scenario
         if threads is None:

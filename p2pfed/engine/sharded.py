@@ -53,7 +53,7 @@ class InProcess:
 
 def shard_args(loaded: RunSpec, parts: Sequence[Sequence[int]]) -> list[tuple[Any, ...]]:
     """The arguments each shard is built from: the resolved scenario as data, never its objects."""
-    data, mark = loaded.scenario.model_dump(), fingerprint(loaded)
+    data, mark = loaded.scenario.model_dump(exclude_unset=True), fingerprint(loaded)
     return [(data, loaded.source, str(loaded.base_dir), list(part), mark) for part in parts]
 
 
