@@ -108,7 +108,7 @@ class Simulation:
         self.rng = rng
         self.on_round = on_round
         self.batched_training = batched_training
-        n = graph.number_of_nodes()
+        n = len(algorithms) if devices is None else graph.number_of_nodes()
         self.devices = list(range(len(algorithms))) if devices is None else [int(d) for d in devices]
         self.slot = {d: k for k, d in enumerate(self.devices)}   # device id -> its loop's index
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
