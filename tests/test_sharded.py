@@ -79,6 +79,19 @@ def test_three_shards_equal_one_process_whatever_the_scenario_adds(section, valu
         assert three.summary.get(key) == one.summary.get(key), key
 
 
+def test_a_share_crosses_once_to_each_shard_however_many_of_its_devices_receive_it():
+    raw = tiny(shards=2)
+    raw["topology"] = {"kind": "complete"}
+    raw["dataset"]["synthetic"]["num_devices"] = 4
+    one = simulate(spec({**raw, "engine": {"batched_training": False}}), progress=False)
+    two = simulate_sharded(spec(raw), progress=False, shards=local_shards)
+    assert one is not None and two is not None and figures(two)[0].equals(figures(one)[0])
+    # each device's share goes to both devices of the other shard: four shares cross per round, not eight
+    assert two.summary["sharding"]["messages_across_per_round"] == 4
+    per_message = one.summary["comm"]["bytes_sent_total"] / one.summary["comm"]["messages_sent"]
+    assert two.summary["sharding"]["bytes_across_per_round"] == pytest.approx(4 * per_message)
+
+
 def test_batched_shards_equal_one_process_up_to_float_rounding():
     one = simulate(spec(tiny("fedsub", batched_training=True)), progress=False)
     two = simulate_sharded(spec(tiny("fedsub", shards=2, batched_training=True)), progress=False, shards=local_shards)

@@ -14,6 +14,7 @@ recorders merged are the one process's.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,32 @@ from p2pfed.scenario.threads import apply_torch_threads
 
 SHARD_KIND = "simulation-shard"
 
-# A message between shards: sender, receiver, its bytes, whether the sockets refused it, the round
-# it was shared in, when its last byte leaves and when it arrives.
-Crossing = tuple[int, int, bytes, bool, int, float, float]
+# A message between shards: sender, receiver, the index of its bytes in its mail's payloads, whether
+# the sockets refused it, the round it was shared in, when its last byte leaves and when it arrives.
+Crossing = tuple[int, int, int, bool, int, float, float]
+
+
+@dataclass
+class Mail:
+    """Messages between shards: each encoded share once (``payloads``), however many of the
+    receiving shard's devices it goes to, and every link's transfer of one (``crossings``)."""
+
+    payloads: list[bytes] = field(default_factory=list)
+    crossings: list[Crossing] = field(default_factory=list)
+    _index: dict[int, int] = field(default_factory=dict, repr=False)   # id(payload) -> its index
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"payloads": self.payloads, "crossings": self.crossings}   # ids mean nothing elsewhere
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.payloads, self.crossings, self._index = state["payloads"], state["crossings"], {}
+
+    def add(self, data: bytes) -> int:
+        """The index of ``data`` among the payloads (added once, the first time)."""
+        if id(data) not in self._index:
+            self._index[id(data)] = len(self.payloads)
+            self.payloads.append(data)
+        return self._index[id(data)]
 
 
 class ShardSimulation(Simulation):
@@ -42,7 +66,7 @@ class ShardSimulation(Simulation):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.mine = set(self.devices)
-        self.outbox: list[Crossing] = []
+        self.outbox = Mail()
 
     def _launch(self, transfer: Transfer) -> None:
         if transfer.dst in self.mine:
@@ -50,8 +74,9 @@ class ShardSimulation(Simulation):
             return
         # to another shard: it schedules the arrival; here only the last byte leaving is timed
         frame = transfer.frame
-        self.outbox.append((transfer.src, transfer.dst, transfer.data if frame is None else frame.data, frame is None,
-                            transfer.round, transfer.done_at, transfer.arrive_at))
+        index = self.outbox.add(transfer.data if frame is None else frame.data)
+        self.outbox.crossings.append((transfer.src, transfer.dst, index, frame is None, transfer.round,
+                                      transfer.done_at, transfer.arrive_at))
         if not transfer.completed:
             key = self._transfer_ids
             self._transfer_ids += 1
@@ -63,21 +88,23 @@ class ShardSimulation(Simulation):
         self.recorder.transfer_completed(transfer.src)
         del self.in_flight[key]
 
-    def take_in(self, crossings: list[Crossing]) -> None:
-        """Messages from other shards' devices to this shard's: each arrives at its time."""
-        for src, dst, data, refused, round, done_at, arrive_at in crossings:
-            self._launch(Transfer(src, dst, data, None if refused else Frame(data), round, done_at, arrive_at,
-                                  completed=True))
+    def take_in(self, inbox: Mail) -> None:
+        """Messages from other shards' devices to this shard's: each arrives at its time, the
+        receivers of one share taking one frame (decoded once here, as in one process)."""
+        frames = [Frame(data) for data in inbox.payloads]
+        for src, dst, index, refused, round, done_at, arrive_at in inbox.crossings:
+            self._launch(Transfer(src, dst, inbox.payloads[index], None if refused else frames[index], round,
+                                  done_at, arrive_at, completed=True))
 
-    def step(self, r: int, inbox: list[Crossing]) -> list[Crossing]:
+    def step(self, r: int, inbox: Mail) -> Mail:
         """Take in ``inbox``, run to the start of round ``r``, act; the messages for other shards."""
         self.take_in(inbox)
         self._run_to(r * self.schedule.round_period_s)
         self._act(r)
-        out, self.outbox = self.outbox, []
+        out, self.outbox = self.outbox, Mail()
         return out
 
-    def settle(self, to: int, inbox: list[Crossing]) -> None:
+    def settle(self, to: int, inbox: Mail) -> None:
         """Take in ``inbox`` and run to the end of round ``to`` - 1: the shard can stop there."""
         self.take_in(inbox)
         self._run_to(to * self.schedule.round_period_s)
@@ -91,7 +118,7 @@ class ShardSimulation(Simulation):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.outbox.clear()   # messages in flight to other shards: the receivers saved their own copies
+        self.outbox = Mail()   # messages in flight to other shards: the receivers saved their own copies
 
 
 class Shard:
@@ -125,14 +152,14 @@ class Shard:
         assert isinstance(sim, ShardSimulation)
         self.sim = sim
 
-    def step(self, r: int, inbox: list[Crossing]) -> list[Crossing]:
+    def step(self, r: int, inbox: Mail) -> Mail:
         started = time.perf_counter()
         try:
             return self.sim.step(r, inbox)
         finally:
             self.busy_s += time.perf_counter() - started
 
-    def settle(self, to: int, inbox: list[Crossing]) -> None:
+    def settle(self, to: int, inbox: Mail) -> None:
         started = time.perf_counter()
         self.sim.settle(to, inbox)
         self.busy_s += time.perf_counter() - started

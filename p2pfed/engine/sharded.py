@@ -16,13 +16,14 @@ a stop between two files leaves the previous set whole), and a small file here n
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from p2pfed.engine.shard import Crossing, Shard
+from p2pfed.engine.shard import Mail, Shard
 from p2pfed.extras import require
 from p2pfed.results.recorder import Recorder
 from p2pfed.scenario.loader import fingerprint
@@ -41,14 +42,19 @@ class _Done:
 
 
 class InProcess:
-    """A shard in this process, called as a Dask actor is (each call returns a future)."""
+    """A shard in this process, called as a Dask actor is: each call returns a future, and its
+    arguments and answer are pickled and read back on the way, as between processes."""
 
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
 
     def __getattr__(self, name: str) -> Callable[..., _Done]:
         method = getattr(self.shard, name)
-        return lambda *args: _Done(method(*args))
+        return lambda *args: _Done(_copied(method(*_copied(args))))
+
+
+def _copied(value: Any) -> Any:
+    return pickle.loads(pickle.dumps(value))   # noqa: S301 - what this process itself just pickled
 
 
 def shard_args(loaded: RunSpec, parts: Sequence[Sequence[int]]) -> list[tuple[Any, ...]]:
@@ -113,7 +119,7 @@ class ShardedRounds:
         self.checkpoint = checkpoint
         self.next_round = 0
         self.crossed: list[list[int]] = []   # per round: [messages, bytes] between shards
-        self._inbox: list[list[Crossing]] = [[] for _ in self.parts]
+        self._inbox = [Mail() for _ in self.parts]
         self._kept: list[str] = []   # the shard files the last checkpoint names
         self.wall_s = 0.0            # wall seconds spent in ``advance``
         self.rounds_run = 0          # rounds run by this driver (not restored from a checkpoint)
@@ -151,24 +157,20 @@ class ShardedRounds:
             call.result()
         self.wall_s += time.perf_counter() - started
         self.rounds_run += to - self.next_round
-        self._inbox = [[] for _ in self.parts]
+        self._inbox = [Mail() for _ in self.parts]
         self.next_round = to
         self._gather()
 
-    def _route(self, outboxes: list[list[Crossing]]) -> None:
-        """The shards' messages to their receivers' shards; what crossed is counted: the bytes of
-        one copy of each message per receiving shard (one broadcast's copies are one object)."""
-        self._inbox = [[] for _ in self.parts]
-        messages = size = 0
+    def _route(self, outboxes: list[Mail]) -> None:
+        """The shards' messages to their receivers' shards, each share once per receiving shard
+        (however many of its devices it goes to); what crossed is counted so."""
+        self._inbox = [Mail() for _ in self.parts]
         for out in outboxes:
-            seen: set[tuple[int, int]] = set()
-            for crossing in out:
-                to = self.owner[crossing[1]]
-                self._inbox[to].append(crossing)
-                if (to, id(crossing[2])) not in seen:
-                    seen.add((to, id(crossing[2])))
-                    messages, size = messages + 1, size + len(crossing[2])
-        self.crossed.append([messages, size])
+            for src, dst, index, refused, round, done_at, arrive_at in out.crossings:
+                inbox = self._inbox[self.owner[dst]]
+                inbox.crossings.append((src, dst, inbox.add(out.payloads[index]), refused, round, done_at, arrive_at))
+        self.crossed.append([sum(len(m.payloads) for m in self._inbox),
+                             sum(len(p) for m in self._inbox for p in m.payloads)])
 
     def _gather(self) -> None:
         """The shards' recorders merged into ``recorder``, in device order."""
