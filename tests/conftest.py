@@ -61,7 +61,7 @@ SHARED_WORKER = {"test_emulated_faults.py": "namespaces", "test_emulated_lan.py"
                  "test_emulated_hosts.py": "namespaces",
                  "test_peer_netns.py": "namespaces", "test_peer_contacts.py": "namespaces",
                  "test_sweep.py": "sweep", "test_energy.py": "energy", "test_data_wisdm.py": "wisdm",
-                 "test_fedsub_science.py": "fedsub-science",
+                 "test_fedsub_science.py": "fedsub-science", "test_sharded_dask.py": "sharded",
                  # the method and attack contracts start two helper processes (hash seeds) in each worker
                  # they run on
                  "test_method_contract.py": "contract", "test_user_attacks.py": "contract",

@@ -28,7 +28,7 @@ from tests.doc_blocks import PageRun, blocks, commands, p2pfed_argv, prepare
 
 DOCS = ROOT / "docs"
 # Pages whose commands start peer processes or Dask workers (tens of seconds): run in the slow set.
-SLOW = {"tutorials/real-peers.md": "launch", "tutorials/sweeps.md": "sweep"}
+SLOW = {"tutorials/real-peers.md": "launch", "tutorials/sweeps.md": "sweep", "how-to/sharded-run.md": "run"}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

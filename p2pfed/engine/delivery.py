@@ -35,9 +35,15 @@ from p2pfed.transport.inproc import RoutedInprocNetwork
 class Delivery:
     """Carry encoded frames to the devices' intakes (one per device, built here)."""
 
-    def __init__(self, algorithms: Sequence[Algorithm], recorder: Recorder, rules: IntakeRules) -> None:
-        self.intakes = [Intake(i, algo, recorder, rules) for i, algo in enumerate(algorithms)]
-        self.network = RoutedInprocNetwork(len(algorithms), rules.max_message_bytes)
+    def __init__(self, algorithms: Sequence[Algorithm], recorder: Recorder, rules: IntakeRules, *,
+                 devices: Sequence[int] | None = None) -> None:
+        """``devices``: the ids of ``algorithms`` (default: 0, 1, ... in order; a shard's own
+        devices where a run is split over processes, among ``rules.num_devices``)."""
+        ids = list(range(len(algorithms))) if devices is None else list(devices)
+        self.intakes = [Intake(i, algo, recorder, rules) for i, algo in zip(ids, algorithms, strict=True)]
+        self.slot = {d: k for k, d in enumerate(ids)}   # device id -> its intake's index
+        size = len(algorithms) if devices is None else (rules.num_devices or max(ids, default=-1) + 1)
+        self.network = RoutedInprocNetwork(size, rules.max_message_bytes)
         self.max_bytes = rules.max_message_bytes
         self.decoded = 0   # frames decoded (once each, whatever their number of receivers)
 
@@ -55,13 +61,13 @@ class Delivery:
         or None if it was dropped (``round``: the round, or evaluation interval, a drop is
         counted in). A None frame is one the sockets refused."""
         if frame is None:
-            self.intakes[dst].refuse(src, round, "transport", "mailbox did not receive the frame")
+            self.intakes[self.slot[dst]].refuse(src, round, "transport", "mailbox did not receive the frame")
             return None
         tried = frame._tried
         msg = frame.message(self.max_bytes)
         self.decoded += not tried and msg is not None
         # simulated intakes never hold later rounds (real peers do), so never return Held or ResendRequest
-        return cast("Received | None", self.intakes[dst].take(frame.data, link=src, now=now, round=round,
+        return cast("Received | None", self.intakes[self.slot[dst]].take(frame.data, link=src, now=now, round=round,
                                                               decoded=msg, memo=frame.memo))
 
     def deliver(self, src: int, dst: int, frame: Frame | bytes, now: float, round: int) -> Received | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,23 +26,25 @@ from p2pfed.device.energy import EnergyMeter
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
 from p2pfed.engine.footprint import check_memory, expected_degree, resolve_device
 from p2pfed.engine.runtime import Runtime
-from p2pfed.engine.simulation import RoundSchedule, Simulation
+from p2pfed.engine.partition import partition_graph
+from p2pfed.engine.sharded import ShardedRounds, dask_shards
+from p2pfed.engine.simulation import Simulation
+from p2pfed.engine.rounds_build import round_schedule, rounds_extra, rounds_simulation, signing_of
 from p2pfed.engine.offload import make_offload
 from p2pfed.results.callbacks import Callback, Rows
 from p2pfed.results.files import write_run
 from p2pfed.results.recorder import Recorder, round_float
 from p2pfed.results.attack_success import device_view
 from p2pfed.results.summary import adversaries_summary, build_summary
-from p2pfed.scenario.build import adversary_map, build_algorithms, build_class_schedule
+from p2pfed.scenario.build import adversary_map, build_algorithms, build_class_schedule, build_device_model
 from p2pfed.scenario.loader import dump, fingerprint
 from p2pfed.scenario.spec import RunSpec
-from p2pfed.scenario.randomness import stream
-from p2pfed.scenario.schema import Scenario
-from p2pfed.transport.signing import Signing
+from p2pfed.scenario.randomness import int_seed, stream
 from p2pfed.scenario.threads import apply_torch_threads, offload_helper_wanted
 
 CHECKPOINT_KIND = "simulation"
 CONTACTS_CHECKPOINT_KIND = "contact-simulation"
+SHARDED_CHECKPOINT_KIND = "sharded-simulation"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpoin
              callbacks: Sequence[Callback] = ()) -> Simulated | None:
     """``run_scenario`` without writing files (None: stopped early at a checkpoint)."""
     sc = loaded.scenario
+    if sc.engine.shards > 1:
+        return simulate_sharded(loaded, progress=progress, checkpointing=checkpointing, callbacks=callbacks)
     apply_torch_threads(sc.engine.torch_threads, batched=sc.contacts.kind == "none")
     resolve_device(sc.engine.device, loaded.source)
     wall_start = time.perf_counter()
@@ -161,6 +166,42 @@ def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpoin
     rows.end(summary)
     return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), plan, meter,
                      resumed_at_end=at_end, graph=graph if plan is None else None)
+
+
+def simulate_sharded(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpointing | None = None,
+                     callbacks: Sequence[Callback] = (),
+                     shards: Callable[[RunSpec, list[list[int]]], AbstractContextManager[list[Any]]] = dask_shards,
+                     ) -> Simulated | None:
+    """``simulate`` with its devices split over ``engine.shards`` processes: ``shards`` builds
+    them over the partition (Dask actors; ``local_shards`` in this process)."""
+    sc = loaded.scenario
+    wall_start = time.perf_counter()
+    dataset, graph = loaded.federation, loaded.graph
+    n = len(dataset.devices)
+    parts = partition_graph(graph, sc.engine.shards, seed=int_seed(sc.seed, "shards") % 2**32)
+    recorder = Recorder(n)
+    rows = Rows(callbacks)
+    shown = Progress(loaded, recorder, rows, progress)
+    with shards(loaded, parts) as built:
+        runtime = ShardedRounds(built, parts, loaded, recorder, on_round=lambda r: shown.tick(r + 1, False),
+                                checkpoint=None if checkpointing is None else checkpointing.path)
+        at_end = _drive(runtime, SHARDED_CHECKPOINT_KIND, loaded, checkpointing, shown)
+        if at_end is None:
+            return None
+        stats, views = runtime.device_results(bool(sc.adversaries))
+        extra = {**rounds_extra(loaded, build_class_schedule(loaded)), "sharding": runtime.crossing_summary()}
+    if loaded.swapped is not None:
+        extra["swapped"] = loaded.swapped.to_dict()
+    if sc.adversaries:
+        extra["adversaries"] = adversaries_summary(recorder, adversary_map(loaded, n, dataset.num_classes), views)
+    model = build_device_model(loaded, dataset.num_features, dataset.num_classes)
+    summary = build_summary(dump(loaded), loaded.source, recorder, stats, devices=n, sim_time_s=runtime.now(),
+                            wall_time_s=time.perf_counter() - wall_start,
+                            full_model_bytes=full_model_bytes(model, sc.engine.precision), **extra)
+    rows.emit(recorder.rows)
+    rows.end(summary)
+    return Simulated(summary, recorder, [d.name for d in dataset.devices], dataset.describe(), None,
+                     resumed_at_end=at_end, graph=graph)
 
 
 def _check_windows(loaded: RunSpec, schedule: AsyncSchedule, checkpointing: Checkpointing | None) -> None:
@@ -227,37 +268,14 @@ def _drive(runtime: Runtime, kind: str, loaded: RunSpec, checkpointing: Checkpoi
     return None if runtime.done < runtime.total else at_end
 
 
-def _signing(sc: Scenario, n: int) -> Signing | None:
-    """The devices' signing keys (``security.sign_artifacts``), derived from the run's seed."""
-    return Signing.simulated(sc.seed, n) if sc.security.sign_artifacts else None
-
-
 def _rounds_runtime(loaded: RunSpec, algorithms: list[Algorithm], recorder: Recorder, progress: Progress,
                     meter: EnergyMeter | None) -> tuple[Simulation, Callable[[], dict[str, Any]]]:
     """The synchronous runtime, and what it adds to the summary once done."""
-    sc, graph = loaded.scenario, loaded.graph
-    n = len(algorithms)
     class_schedule = build_class_schedule(loaded)
-    schedule = RoundSchedule(rounds=sc.rounds, round_period_s=sc.engine.round_period_s,
-                             participation=sc.engine.participation, eval_every=sc.evaluation.every,
-                             eval_when=sc.evaluation.when, eval_both=sc.evaluation.both)
-    sim = Simulation(algorithms, graph, schedule, recorder, stream(sc.seed, "participation"),
-                     max_message_bytes=sc.engine.max_message_bytes,
-                     on_round=lambda r, now: progress.tick(r + 1, schedule.evaluates(r)),
-                     class_schedule=class_schedule,
-                     batched_training=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
-                     setup_round_trips=sc.topology.setup_round_trips, framing=sc.topology.framing,
-                     slow_start=sc.topology.slow_start, signing=_signing(sc, n))
-
-    def extra() -> dict[str, Any]:
-        dynamic = {} if class_schedule is None else {"dynamic": {
-            "devices_changed": sorted(class_schedule.removed),
-            "classes_hidden_at_start": sum(len(v) for v in class_schedule.removed.values()),
-            "return_rounds": [r + 1 for r in class_schedule.return_rounds(sc.rounds)]}}
-        return {"topology": {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges(),
-                             "mean_degree": round_float(2 * graph.number_of_edges() / max(n, 1))},
-                **dynamic}
-    return sim, extra
+    schedule = round_schedule(loaded.scenario)
+    sim = rounds_simulation(loaded, algorithms, recorder, class_schedule=class_schedule, meter=meter,
+                            on_round=lambda r, now: progress.tick(r + 1, schedule.evaluates(r)))
+    return sim, lambda: rounds_extra(loaded, class_schedule)
 
 
 def _contacts_runtime(loaded: RunSpec, algorithms: list[Algorithm],
@@ -285,7 +303,7 @@ def _contacts_runtime(loaded: RunSpec, algorithms: list[Algorithm],
                                   max_message_bytes=sc.engine.max_message_bytes, forwarding=forwarding,
                                   offline=offline, on_time=lambda now: progress.tick(round(now)),
                                   batched=sc.engine.batched_training, precision=sc.engine.precision, energy=meter,
-                                  signing=_signing(sc, n))
+                                  signing=signing_of(sc, n))
 
     def extra() -> dict[str, Any]:
         stats = sim.stats()

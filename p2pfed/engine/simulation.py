@@ -18,7 +18,7 @@ messages in flight, counters and random streams — with bit-identical results.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -82,7 +82,7 @@ class Simulation:
                  class_schedule: ClassSchedule | None = None, batched_training: bool = True,
                  precision: str = "float32", energy: EnergyMeter | None = None,
                  setup_round_trips: float = 0.0, framing: bool = False, slow_start: bool = False,
-                 signing: Signing | None = None) -> None:
+                 signing: Signing | None = None, devices: Sequence[int] | None = None) -> None:
         """``rng``: the stream that draws which devices take part in each round;
         ``precision``: the wire precision of shared float tensors (``engine.precision``);
         ``batched_training``: train the plain-training devices of a round as one batched
@@ -98,7 +98,9 @@ class Simulation:
         ``topology.framing``), not its encoded bytes alone; ``slow_start``: a message leaves in
         flights of TCP's congestion window, restarted after the link was idle
         (``network.slow_start``; ``topology.slow_start``); ``signing``: every share is signed by
-        its device and checked by its receivers (``security.sign_artifacts``; None: not signed)."""
+        its device and checked by its receivers (``security.sign_artifacts``; None: not signed);
+        ``devices``: the ids of ``algorithms`` among the graph's nodes (default: all of them, in
+        order), fewer where this process runs one shard of a larger run."""
         self.algorithms = algorithms
         self.graph = graph
         self.schedule = schedule
@@ -106,7 +108,9 @@ class Simulation:
         self.rng = rng
         self.on_round = on_round
         self.batched_training = batched_training
-        n = len(algorithms)
+        n = len(algorithms) if devices is None else graph.number_of_nodes()
+        self.devices = list(range(len(algorithms))) if devices is None else [int(d) for d in devices]
+        self.slot = {d: k for k, d in enumerate(self.devices)}   # device id -> its loop's index
         self.neighbours = [sorted(graph.neighbors(i)) for i in range(n)]
         self.loops = [DeviceLoop(i, algo, recorder, clock=self.now, max_message_bytes=max_message_bytes,
                                  neighbours=self.neighbours[i].copy, evaluate_when=schedule.eval_when,
@@ -115,10 +119,11 @@ class Simulation:
                                  visible_classes=None if class_schedule is None
                                  else cast("Callable[[int], frozenset[int] | None]",
                                            lambda r, i=i: class_schedule.visible(i, r)))
-                      for i, algo in enumerate(algorithms)]
+                      for i, algo in zip(self.devices, algorithms, strict=True)]
         self.delivery = Delivery(algorithms, recorder,
                                  IntakeRules(max_message_bytes, rounds=schedule.rounds, num_devices=n,
-                                             keyring=None if signing is None else signing.keyring))
+                                             keyring=None if signing is None else signing.keyring),
+                                 devices=self.devices)
         self.next_round = 0
         self.free_at: dict[tuple[int, int], float] = {}   # when each link direction is free again
         self.setup_round_trips = setup_round_trips      # before its first use: when its connection is up
@@ -130,11 +135,16 @@ class Simulation:
         self.env = simpy.Environment()
         self.energy = energy
         if energy is not None:
-            energy.clock = self.now
-            for i, loop in enumerate(self.loops):
-                loop.count_work = True
-                if energy.has_batteries:
-                    loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
+            self._meter_devices(energy)
+
+    def _meter_devices(self, energy: EnergyMeter) -> None:
+        """The energy meter reads this runtime's clock, the devices count their work and read
+        their batteries."""
+        energy.clock = self.now
+        for i, loop in zip(self.devices, self.loops):
+            loop.count_work = True
+            if energy.has_batteries:
+                loop.algorithm.ctx.battery = cast("Callable[[], float | None]", lambda i=i: energy.left_j(i))
 
     def now(self) -> float:
         return float(self.env.now)
@@ -145,24 +155,28 @@ class Simulation:
         period = self.schedule.round_period_s
         for r in range(self.next_round, until):
             yield self.env.timeout(r * period - self.env.now)
-            active = [bool(a) for a in self._active_row(r)]
-            if self.energy is not None:
-                active = self._powered(r, active)
-            shares = act_together(self.loops, r, train=active, evaluate=self.schedule.evaluates(r),
-                                  batched=self.batched_training)
-            for i, outs in enumerate(shares):
-                took = 0.0 if self.energy is None else self._step_done(i, active[i])
-                if took is None:
-                    continue
-                for out in outs:
-                    self._broadcast(i, out, out.sent_at + took)
-            if self.on_round is not None:
-                self.on_round(r, self.now())
+            self._act(r)
+
+    def _act(self, r: int) -> None:
+        """Round ``r`` starts: every device here acts, and its shares leave."""
+        active = [bool(a) for a in self._active_row(r)]
+        if self.energy is not None:
+            active = self._powered(r, active)
+        shares = act_together(self.loops, r, train=[active[i] for i in self.devices],
+                              evaluate=self.schedule.evaluates(r), batched=self.batched_training)
+        for i, outs in zip(self.devices, shares, strict=True):
+            took = 0.0 if self.energy is None else self._step_done(i, active[i])
+            if took is None:
+                continue
+            for out in outs:
+                self._broadcast(i, out, out.sent_at + took)
+        if self.on_round is not None:
+            self.on_round(r, self.now())
 
     def _active_row(self, r: int) -> np.ndarray:
         """Which devices take part in round ``r``, drawn once per round, in round order."""
         if self._active is None or self._active[0] != r:
-            n = len(self.loops)
+            n = len(self.neighbours)
             row = (self.rng.random(n) < self.schedule.participation if self.schedule.participation < 1
                    else np.ones(n, dtype=bool))
             self._active = (r, row)
@@ -182,7 +196,7 @@ class Simulation:
         """Charge device i's step: how long it took (its share leaves then), or None if it used
         up the battery (its share never leaves)."""
         assert self.energy is not None
-        loop = self.loops[i]
+        loop = self.loops[self.slot[i]]
         if not trained:   # it may still have fused
             self.energy.charge_work(i, loop.work_flops, loop.fusion_flops)
             return 0.0

@@ -272,9 +272,10 @@ class Recorder:
         return rec
 
     @classmethod
-    def merge(cls, parts: Sequence[Recorder]) -> Recorder:
-        """One recorder over the devices of several (each peer's own), in the given order."""
-        rec = cls([d for p in parts for d in p.device_ids])
+    def merge(cls, parts: Sequence[Recorder], devices: Iterable[int] | None = None) -> Recorder:
+        """One recorder over the devices of several (each peer's own, or each shard's), in the
+        given order, or in the order of ``devices`` (which must be theirs)."""
+        rec = cls([d for p in parts for d in p.device_ids] if devices is None else list(devices))
         for part in parts:
             for device, counters in zip(part.device_ids, part.devices):
                 rec.devices[rec.index[device]] = DeviceCounters(**vars(counters))

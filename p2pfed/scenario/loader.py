@@ -394,7 +394,8 @@ def fingerprint(loaded: RunSpec) -> str:
 # Fields added after runs were committed, left out of the resolved scenario while at their default,
 # so that earlier checkpoints (``fingerprint``) still match it.
 ADDED_LATER: dict[tuple[str, str], Any] = {("topology", "framing"): False, ("topology", "slow_start"): False,
-                                           ("contacts", "protocol"): "ideal"}
+                                           ("contacts", "protocol"): "ideal", ("engine", "shards"): 1,
+                                           ("engine", "scheduler"): None}
 
 
 def dump(loaded: RunSpec) -> dict[str, Any]:

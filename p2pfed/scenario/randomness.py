@@ -28,6 +28,7 @@ STREAMS = (
     "adversaries",      # which devices lie (adversaries[].fraction)
     "attack",           # per adversary: its attack's own noise (index: device id)
     "device-profiles",  # which device class each device is (devices.profiles fractions)
+    "shards",           # the tie-breaks of the graph partition a split run uses (engine.shards)
 )
 
 

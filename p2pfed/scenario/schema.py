@@ -288,6 +288,15 @@ class EngineSection(Section):
         "A helper process on a second core computes the work methods offload (FedSub's K sweeps) during a contact "
         "run's batch windows; results are equal with or without it. `auto`: on when the machine has two cores or more"
         " and the run is not a sweep worker; `true` needs contacts and `asynchronous.batch_window_s` > 0."))
+    shards: int = Field(default=1, ge=1, le=4096, description=(
+        "Split a run of synchronous rounds over this many processes (Dask actors, one per worker), the devices "
+        "partitioned by the graph so that most neighbours share one; messages between shards pass through Dask as "
+        "their encoded bytes. Results equal one process's. 1: one process. Needs the `sweeps` extra "
+        "(`dask[distributed]`); not with contacts or `devices`."))
+    scheduler: str | None = Field(default=None, description=(
+        "With `shards` > 1: the address of the Dask scheduler whose workers run the shards (`tcp://host:8786`); they "
+        "must see the scenario's files at the same paths and run the same p2pfed. null: a local cluster of one "
+        "process per shard on this machine."))
 
     @model_validator(mode="before")
     @classmethod
@@ -747,6 +756,9 @@ class Scenario(Section):
         if self.topology.setup_round_trips > 0 and self.contacts.kind != "none":
             raise ValueError("topology.setup_round_trips: models the connections of synchronous rounds' static "
                              f"links; the contact runtime (contacts.kind: {self.contacts.kind!r}) does not use it")
+        if self.engine.shards > 1 and (self.contacts.kind != "none" or self.devices.opted_in()):
+            raise ValueError("engine.shards: splits synchronous rounds over processes; it needs contacts.kind: none "
+                             "and no devices section (the energy account spans shards), or shards: 1")
         if self.engine.offload is True and not self.uses_batch_windows():
             raise ValueError("engine.offload: true: the helper process computes offloaded work of a contact run's "
                              "batch windows ahead, so it needs contacts (contacts.kind other than none) and "
