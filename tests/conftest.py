@@ -80,6 +80,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.path.name not in START_FIRST)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before pytest-xdist starts its workers (in the process that starts them), the test modules'
+    assert-rewritten bytecode, so that a fresh checkout's workers do not each write it."""
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", None):
+        from tests.rewritten_bytecode import write_rewritten_bytecode
+
+        write_rewritten_bytecode(config, ROOT / "tests")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Two workers per core for ``-n auto``: many tests wait on real time (peers' rounds, emulated

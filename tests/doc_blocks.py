@@ -117,7 +117,7 @@ class PageRun:
 
     def run(self) -> PageRun:
         """Every block in order."""
-        before, path = Path.cwd(), list(sys.path)
+        before, path, imported = Path.cwd(), list(sys.path), set(sys.modules)
         os.chdir(self.folder)
         try:
             for block in blocks(self.page):
@@ -125,8 +125,9 @@ class PageRun:
         finally:
             os.chdir(before)
             sys.path[:] = path   # a page may add its folder; its own modules go with it
-            for name, module in list(sys.modules.items()):
-                if Path(getattr(module, "__file__", None) or "/").resolve().is_relative_to(self.folder.resolve()):
+            folder = self.folder.resolve()
+            for name in set(sys.modules) - imported:   # only what the page imported can be its own
+                if Path(getattr(sys.modules[name], "__file__", None) or "/").resolve().is_relative_to(folder):
                     del sys.modules[name]
         return self
 

@@ -159,3 +159,15 @@ def test_naive_masks_equal_the_per_class_mean_rule_class_by_class():
     for c in classes.tolist():
         want = [(a[y == c].mean(dim=0) > 0).numpy() for a in acts]
         assert all(np.array_equal(g, w) for g, w in zip(got[c], want, strict=True))
+
+
+def test_a_models_initial_weights_are_those_torch_manual_seed_draws_and_the_global_stream_is_left_alone():
+    from p2pfed.learning.model import build_model
+    torch.manual_seed(7)
+    reference = MLP(6, [16, 8], 3)
+    torch.manual_seed(123)
+    expected_next = torch.rand(4)
+    torch.manual_seed(123)
+    built = build_model(6, 3, [16, 8], seed=7)
+    assert all(torch.equal(a, b) for a, b in zip(built.state_dict().values(), reference.state_dict().values()))
+    assert torch.equal(torch.rand(4), expected_next)

@@ -103,12 +103,20 @@ class MLP(nn.Module):
         return self.layers[-1](self.features(x))
 
 
+def seed_cpu_generator(seed: int) -> None:
+    """Seed torch's global CPU generator, the one a run's model initialisation draws from (runs
+    train on the CPU). ``torch.manual_seed`` also queues the seed for every accelerator's
+    generators and, while none is initialised, records the caller's stack on each call: a cost
+    paid once per device model for generators a run never uses."""
+    torch.default_generator.manual_seed(int(seed))
+
+
 def build_model(in_features: int, num_classes: int, hidden: Sequence[int], seed: int,
                 unit_gates: bool = False) -> MLP:
     """A freshly initialised MLP whose weights depend only on ``seed`` (gates, if any, start at 1)."""
     gen_state = torch.random.get_rng_state()
     try:
-        torch.manual_seed(seed)
+        seed_cpu_generator(seed)
         return MLP(in_features, hidden, num_classes, unit_gates=unit_gates)
     finally:
         torch.random.set_rng_state(gen_state)
@@ -154,7 +162,7 @@ def build_user_model(factory: ModelFactory, name: str, in_features: int, num_cla
     module whose parameters are float tensors."""
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_cpu_generator(seed)
         try:
             model = factory(in_features, num_classes, generator, **(options or {}))
         except TypeError as exc:

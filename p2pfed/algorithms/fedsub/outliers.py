@@ -13,7 +13,6 @@ of the rule.
 from __future__ import annotations
 
 import numpy as np
-from scipy.spatial.distance import cdist
 
 
 def inliers(points: np.ndarray, own: int, factor: float) -> np.ndarray:
@@ -23,6 +22,8 @@ def inliers(points: np.ndarray, own: int, factor: float) -> np.ndarray:
     keep = np.ones(n, dtype=bool)
     if n < 3:
         return keep
+    from scipy.spatial.distance import cdist   # here: scipy.spatial is most of a start-up's imports after torch
+
     d = cdist(points, points)
     np.fill_diagonal(d, np.inf)
     nearest = d.min(axis=1)

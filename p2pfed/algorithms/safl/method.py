@@ -67,7 +67,7 @@ from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.algorithms.robust import RobustOptions
 from p2pfed.algorithms.safl.heterogeneous import RobustRule, SubModel, fuse_cluster, preserve_personal
 from p2pfed.energy.work import forward_macs
-from p2pfed.learning.model import MLP
+from p2pfed.learning.model import MLP, seed_cpu_generator
 from p2pfed.algorithms.safl.slimming import (factor_names, full_masks, gate_values, guided_sparsity_loss,
                                              kept_parameter_fraction, local_names, pruned_fraction,
                                              pruned_units_frozen, recover_units, slim_masks, zero_pruned_factors)
@@ -116,7 +116,7 @@ def fresh_model(model: nn.Module, seed: int) -> nn.Module:
     scaling factors at 1 (the MLP's gates; batch norm's scales start at 1)."""
     fresh = copy.deepcopy(model)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
+        seed_cpu_generator(seed)
         for module in fresh.modules():
             reset = getattr(module, "reset_parameters", None)
             if callable(reset):

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from p2pfed.network.contacts.plan import Contact, ContactError
 
@@ -204,6 +203,8 @@ def in_range_pairs(positions: Iterator[np.ndarray], num_devices: int, range_m: f
         block = max(1, min(64, int(1.5 * range_m / (2.0 * max_speed_mps * step_s)) + 1))
     reach = range_m + 2.0 * max_speed_mps * step_s * (block - 1)
     reach = reach * (1 + 1e-9) + 1e-6  # rounding of sampled positions and of the tree's distances
+    from scipy.spatial import cKDTree   # here: only mobility plans need it, and it is slow to import
+
     a = b = keys = np.empty(0, dtype=np.int64)
     for k, pos in enumerate(positions):
         if k % block == 0:
