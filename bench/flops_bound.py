@@ -15,7 +15,9 @@ every method: each trains every device on its samples once per epoch.
 
 Each method runs the scenario (default: the quickstart, the file ``p2pfed run`` runs) through
 the public runner; its round time is the mean of the rounds after the first (evaluation rounds
-included), as wall time and as the process's CPU time. CPU time does not grow when other jobs
+included), as wall time and as the process's CPU time. "training alone" is the devices' batched
+training by itself (``train_jobs``, one epoch per device per round, no messages, fusion or
+evaluation): what of a round is the training's own, and what the runtime adds. CPU time does not grow when other jobs
 share the cores, so on a busy machine read the CPU ratio, with ``engine.torch_threads=1`` (one
 thread: CPU time is then the work, without OpenMP's waiting). Passes interleave the rate and the
 methods, and the figures are medians over the passes.
@@ -41,6 +43,8 @@ from round_clock import round_clock  # noqa: E402
 
 from p2pfed.energy.work import FLOPS_PER_MAC, TRAINING_PER_FORWARD, forward_macs  # noqa: E402
 from p2pfed.engine.runner import run_scenario  # noqa: E402
+from p2pfed.learning.batched_training import TrainingJob, train_jobs  # noqa: E402
+from p2pfed.learning.training import TrainingConfig  # noqa: E402
 from p2pfed.scenario.build import build_device_model  # noqa: E402
 from p2pfed.scenario.loader import load_scenario, with_algorithm  # noqa: E402
 from p2pfed.scenario.spec import RunSpec  # noqa: E402
@@ -87,6 +91,23 @@ def sgemm_rate(shapes: list[tuple[int, int]], devices: int, batch: int) -> tuple
     return max(r[0] for r in rates), max(r[1] for r in rates)
 
 
+def batched_training_round(loaded: RunSpec, rounds: int) -> tuple[float, float]:
+    """Mean (wall, CPU) seconds per round of the devices' training alone, batched as a round
+    trains them (``train_jobs``: one epoch each), without messages, fusion or evaluation."""
+    sc, data = loaded.scenario, loaded.federation
+    config = TrainingConfig(**sc.training.model_dump())
+    jobs = [TrainingJob(build_device_model(loaded, data.num_features, data.num_classes),
+                        torch.as_tensor(d.x_train, dtype=torch.float32), torch.as_tensor(d.y_train, dtype=torch.int64),
+                        config, torch.Generator().manual_seed(sc.seed * 100_003 + i))
+            for i, d in enumerate(data.devices)]
+    walls, cpus = [], []
+    for _ in range(rounds):
+        train_jobs(jobs)
+        walls.append(time.perf_counter())
+        cpus.append(time.process_time())
+    return (walls[-1] - walls[0]) / (rounds - 1), (cpus[-1] - cpus[0]) / (rounds - 1)
+
+
 def method_round(loaded: RunSpec) -> tuple[float, float]:
     """Mean (wall, CPU) seconds of the rounds after the first."""
     with round_clock() as clock:
@@ -117,13 +138,14 @@ def main() -> None:
         wall_rate, cpu_rate = sgemm_rate(shapes, devices, sc.training.batch_size)
         rows.append({"pass": rep, "what": "sgemm", "wall_s": flops / wall_rate, "cpu_s": flops / cpu_rate,
                      "gflops_wall": wall_rate / 1e9, "gflops_cpu": cpu_rate / 1e9})
-        for name in args.methods.split(","):
-            wall, cpu = method_round(with_algorithm(loaded, name))
+        for name in ["training alone", *args.methods.split(",")]:
+            wall, cpu = (batched_training_round(loaded, args.rounds) if name == "training alone"
+                         else method_round(with_algorithm(loaded, name)))
             rows.append({"pass": rep, "what": name, "wall_s": wall, "cpu_s": cpu,
                          "x_bound_wall": wall * wall_rate / flops, "x_bound_cpu": cpu * cpu_rate / flops})
         print("  pass", rep + 1, "; ".join(f"{r['what']} {r['wall_s']:.4f} s wall, {r['cpu_s']:.4f} s CPU"
                                           for r in rows if r["pass"] == rep), flush=True)
-    print(f"\n  {'':12s} {'wall s':>8s} {'CPU s':>8s} {'x bound (wall)':>15s} {'x bound (CPU)':>14s}   "
+    print(f"\n  {'':14s} {'wall s':>8s} {'CPU s':>8s} {'x bound (wall)':>15s} {'x bound (CPU)':>14s}   "
           f"(medians of {args.repeat} passes; sgemm: the bound)")
     for what in dict.fromkeys(r["what"] for r in rows):
         mine = [r for r in rows if r["what"] == what]
@@ -131,7 +153,7 @@ def main() -> None:
                for k in ("wall_s", "cpu_s", "x_bound_wall", "x_bound_cpu")}
         extra = (f"  at {statistics.median(r['gflops_wall'] for r in mine):.0f} GFLOP/s wall, "
                  f"{statistics.median(r['gflops_cpu'] for r in mine):.0f} per CPU second" if what == "sgemm" else "")
-        print(f"  {what:12s} {med['wall_s']:8.4f} {med['cpu_s']:8.4f} {med['x_bound_wall']:14.1f}x "
+        print(f"  {what:14s} {med['wall_s']:8.4f} {med['cpu_s']:8.4f} {med['x_bound_wall']:14.1f}x "
               f"{med['x_bound_cpu']:13.1f}x{extra}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
