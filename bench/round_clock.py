@@ -10,11 +10,13 @@ from contextlib import contextmanager
 
 
 class RoundClock:
-    """Time stamps (``time.perf_counter``) of every round's end, plus the run's start."""
+    """Time stamps (``time.perf_counter``) of every round's end, plus the run's start, and the
+    process's CPU time (``time.process_time``) at the same instants."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.ends: list[float] = []
+        self.cpu_ends: list[float] = []
 
     def bar(self, *args: object, **kwargs: object) -> _Bar:
         return _Bar(self)
@@ -32,6 +34,14 @@ class RoundClock:
             return float("nan")
         return (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1)
 
+    @property
+    def cpu_per_round_s(self) -> float:
+        """Mean CPU time of the rounds after the first, every thread of the process together:
+        unlike wall time, it does not grow when other jobs share the cores."""
+        if len(self.cpu_ends) < 2:
+            return float("nan")
+        return (self.cpu_ends[-1] - self.cpu_ends[0]) / (len(self.cpu_ends) - 1)
+
 
 class _Bar:
     def __init__(self, clock: RoundClock) -> None:
@@ -41,6 +51,7 @@ class _Bar:
     def update(self, k: int = 1) -> None:
         self.n += k
         self.clock.ends.append(time.perf_counter())
+        self.clock.cpu_ends.append(time.process_time())
 
     def set_postfix(self, *args: object, **kwargs: object) -> None:
         pass

@@ -31,6 +31,24 @@ def test_evaluating_many_models_at_once_equals_one_at_a_time():
     assert math.isnan(together[1].f1_macro) and together[2].accuracy in (0.0, 1.0)
 
 
+def test_plain_mlps_are_scored_together_without_switching_their_modes(monkeypatch):
+    """Their grouped forward runs no module, so the per-module mode switch (a walk over every
+    model's modules, twice) is skipped; their modes and scores are as before."""
+    data = torch.Generator().manual_seed(1)
+    models = [build_model(6, 4, [8, 5], seed=i) for i in range(4)]
+    models[0].train(False)
+    xs = [torch.randn(n, 6, generator=data) for n in (9, 3, 12, 7)]
+    ys = [torch.randint(0, 4, (x.shape[0],), generator=data) for x in xs]
+    want = [evaluate(m, x, y) for m, x, y in zip(models, xs, ys, strict=True)]
+
+    def no_switch(self, mode=True):
+        raise AssertionError("a plain MLP's mode was switched")
+    monkeypatch.setattr(torch.nn.Module, "train", no_switch)
+    got = evaluate_many(models, xs, ys)
+    assert [g.loss for g in got] == pytest.approx([w.loss for w in want], rel=1e-6)
+    assert [m.training for m in models] == [False, True, True, True]
+
+
 def test_cnns_with_trained_batch_norm_evaluate_together_as_one_at_a_time():
     """CNNs (issue 33, goal 5) evaluate as one stacked forward, batch norm reading each device's
     own running statistics, and training mode is left as it was."""

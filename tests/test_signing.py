@@ -88,3 +88,29 @@ def test_simulated_keys_are_the_same_every_run_and_differ_between_devices_and_se
     assert one == encode_share("gossip/model", 1, 0, 0.0, share, 2**24, signer=signer_from_seed(7, 1))
     assert SIGNATURE_KEY in decode(one).meta
     assert len(one) - len(encode_share("gossip/model", 1, 0, 0.0, share, 2**24)) == len(',"sig":""') + 88
+
+
+def test_receivers_of_a_frame_encoded_here_check_its_signature_without_hashing_it_again(monkeypatch):
+    import p2pfed.transport.signing as signing
+    from p2pfed.device.exchange import Frame
+    from p2pfed.device.loop import Outgoing
+    from p2pfed.device.wire import encode_share_signed
+
+    algos = _devices()
+    kind, payload = algos[1].kind(), algos[1].share(0)
+    data, signature = encode_share_signed(kind, 1, 0, 5.0, payload, 2**24, signer=KEYS.signers[1])
+    frame = Outgoing("whole", 0, 5.0, data, signature=signature).frame()
+    hashed = []
+    monkeypatch.setattr(signing, "signed_digest", lambda *a: hashed.append(a) or b"\0" * 32)
+    receiver, rec = _intake(algos[2], 2)
+    item = receiver.take(frame.data, link=1, now=6.0, round=0, decoded=frame.message(2**24), memo=frame.memo)
+    assert item is not None and item.signed is not None and hashed == []
+    # the same bytes without the sender's digest are hashed here, and a tampered frame is refused
+    monkeypatch.undo()
+    tampered = decode(data)
+    tensors = {n: np.array(a) for n, a in tampered.tensors.items()}
+    tensors[next(iter(tensors))].flat[0] += 1
+    forged = encode(Message(kind=kind, sender=1, round=0, sent_at=5.0, meta=dict(tampered.meta), tensors=tensors))
+    again, rec = _intake(algos[3], 3)
+    assert again.take(Frame(forged).data, link=1, now=6.0, round=0) is None
+    assert dict(rec.drop_reasons) == {"bad-signature": 1}

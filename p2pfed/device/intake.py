@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from p2pfed.algorithms import Algorithm, ArtifactError, Payload, Received
-from p2pfed.device.wire import RELAY_KEY, RESEND_KIND
+from p2pfed.device.wire import RELAY_KEY, RESEND_KIND, SIGNED_DIGEST_MEMO
 from p2pfed.results.recorder import Recorder
 from p2pfed.transport import CodecError, Message, decode
 from p2pfed.transport.precision import PRECISION_KEY, restore_precision
@@ -227,7 +227,8 @@ class Intake:
             return None
         key = (_VERIFIED, origin)   # a broadcast's receivers check its signature once (memo is shared)
         if key not in memo:
-            memo[key] = keyring.problem(signature, msg.kind, origin, msg.round, msg.sent_at, meta, msg.tensors)
+            memo[key] = keyring.problem(signature, msg.kind, origin, msg.round, msg.sent_at, meta, msg.tensors,
+                                        digest=memo.get((SIGNED_DIGEST_MEMO, origin)))
         if memo[key] is not None:
             raise Refused("bad-signature", memo[key])
         return Signed(signature, dict(meta), dict(msg.tensors))

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2pfed.algorithms import NOT_READY, Algorithm, Deferred, Payload, Received
-from p2pfed.device.wire import RELAY_KEY, encode_share
+from p2pfed.device.exchange import Frame
+from p2pfed.device.wire import RELAY_KEY, Signature, encode_share_signed
 from p2pfed.energy.work import training_flops
 from p2pfed.transport import CodecError
 from p2pfed.transport.signing import Signer
@@ -39,6 +40,11 @@ class Outgoing:
     data: bytes
     to: int | None = None   # the one peer this part is addressed to (None: every neighbour)
     origin: int | None = None   # a part the method marked as carried for another device (RELAY_KEY)
+    signature: Signature | None = None   # what its signature covers (None: unsigned)
+
+    def frame(self) -> Frame:
+        """The share as one frame for every link it takes, its signature's digest known."""
+        return Frame(self.data, memo={} if self.signature is None else self.signature.memo())
 
 
 @dataclass(frozen=True)
@@ -137,8 +143,9 @@ class DeviceLoop:
         out = []
         for p in parts:
             try:
-                data = encode_share(algo.kind(), self.device, round, now, p, self.max_message_bytes,
-                                    precision=self.precision, signer=self.signer)
+                data, signature = encode_share_signed(algo.kind(), self.device, round, now, p,
+                                                      self.max_message_bytes, precision=self.precision,
+                                                      signer=self.signer)
             except CodecError as exc:
                 if exc.reason != "not-finite":
                     raise
@@ -148,7 +155,8 @@ class DeviceLoop:
                 continue
             relay = p.meta.get(RELAY_KEY)
             out.append(Outgoing(p.meta.get("part", "whole"), round, now, data, to=p.meta.get("to"),
-                                origin=relay.get("origin") if isinstance(relay, dict) else None))
+                                origin=relay.get("origin") if isinstance(relay, dict) else None,
+                                signature=signature))
         return out
 
     def evaluate(self, round: int, evaluation: Evaluation | None = None, when: str | None = None) -> Evaluation:

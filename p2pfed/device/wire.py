@@ -8,6 +8,7 @@ with the origin's round and ``sent_at``, so its age is the age of the artifact, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,34 +21,60 @@ from p2pfed.algorithms.model_payload import model_payload
 from p2pfed.transport import Message, encode
 from p2pfed.transport.codec import encoded_size
 from p2pfed.transport.precision import reduce_precision
-from p2pfed.transport.signing import SIGNATURE_KEY, Signed, Signer
+from p2pfed.transport.signing import SIGNATURE_KEY, Signed, Signer, signed_digest
 
 RESEND_KIND = "peer/resend"   # a restarted real peer asks its neighbours to send a round again
 HAVE_KIND = "contact/have"    # a real peer's summary vector, sent when a contact opens
 ACK_KIND = "contact/ack"      # a real peer took a transfer in whole (its sender may send the next)
 CONTROL_KINDS = frozenset({HAVE_KIND, ACK_KIND})
+SIGNED_DIGEST_MEMO = "p2pfed/wire/signed-digest"   # memo key (with the owner) of a frame's known digest
 
 
 def encode_share(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
                  max_bytes: int, relay: dict[str, int] | None = None, precision: str = "float32",
                  signer: Signer | None = None) -> bytes:
-    """A payload on the wire; ``relay`` marks a copy carried on behalf of its ``origin``;
+    """A payload on the wire (``encode_share_signed``, without its digest)."""
+    return encode_share_signed(kind, sender, round, sent_at, payload, max_bytes, relay, precision, signer)[0]
+
+
+def encode_share_signed(kind: str, sender: int, round: int, sent_at: float, payload: Payload,
+                        max_bytes: int, relay: dict[str, int] | None = None, precision: str = "float32",
+                        signer: Signer | None = None) -> tuple[bytes, Signature | None]:
+    """A payload on the wire, and what its signature covers (None: unsigned); ``relay`` marks a
+    copy carried on behalf of its ``origin``;
     ``precision``: the wire precision of its float tensors (the receiver's intake restores them);
     ``signer``: the sender's key, which signs the payload as its owner's (``transport.signing``:
     the owner is the origin a payload marked as carried names, so only the origin's key makes a
     signature its receivers accept)."""
     meta, tensors = reduce_precision(payload.meta, payload.tensors, precision)
     own_relay = meta.get(RELAY_KEY)
+    signature = None
     if signer is not None:
         owner = own_relay.get("origin", sender) if isinstance(own_relay, dict) else sender
         body = {k: v for k, v in meta.items() if k != RELAY_KEY}
-        meta = {**body, SIGNATURE_KEY: signer.sign(kind, owner, round, sent_at, body, tensors)}
+        signature = Signature(owner, signed_digest(kind, owner, round, sent_at, body, tensors))
+        meta = {**body, SIGNATURE_KEY: signer.sign_digest(signature.digest)}
         if own_relay is not None:
             meta[RELAY_KEY] = own_relay
     if relay is not None:
         meta = {**meta, RELAY_KEY: relay}
     return encode(Message(kind=kind, sender=sender, round=round, sent_at=sent_at, meta=meta,
-                          tensors=tensors), max_bytes=max_bytes)
+                          tensors=tensors), max_bytes=max_bytes), signature
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a share's signature covers: its owner and ``transport.signing.signed_digest``."""
+
+    owner: int
+    digest: bytes
+
+    def memo(self) -> dict[Any, Any]:
+        """A frame's memo (``exchange.Frame``) for exactly the bytes this share was encoded to:
+        its receivers check the signature against this digest instead of hashing every tensor
+        again (the digest is a function of those bytes; the runtime keeps a frame's memo only
+        while its bytes come out of the sockets unchanged)."""
+        return {(SIGNED_DIGEST_MEMO, self.owner): self.digest}
 
 
 def encode_signed_copy(kind: str, carrier: int, round: int, sent_at: float, signed: Signed,

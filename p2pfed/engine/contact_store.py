@@ -11,7 +11,7 @@ from typing import Any
 from p2pfed.algorithms import Payload, Received
 from p2pfed.algorithms.state import received_from_state, received_state
 from p2pfed.device import Outgoing
-from p2pfed.device.exchange import (Carried, Forwarding, Frame, Holdings, Offer, PartKey, Version, encode_carried,
+from p2pfed.device.exchange import (Carried, Forwarding, Holdings, Offer, PartKey, Version, encode_carried,
                                     keep_to_carry, next_offer)
 from p2pfed.engine.contact_checkpoint import have_from_state, have_state, offer_from_state, offer_state
 
@@ -32,7 +32,7 @@ class Store:
     def publish(self, i: int, outgoing: list[Outgoing]) -> None:
         """Device i's new share replaces what it offered of its own."""
         self.holdings[i].own = [Offer(i if out.origin is None else out.origin, out.part, out.round, out.sent_at,
-                                      Frame(out.data), out.to) for out in outgoing]
+                                      out.frame(), out.to) for out in outgoing]
 
     def keep(self, i: int, item: Received) -> bool:
         """Keep a received part to pass on; True if device i has something new to offer."""

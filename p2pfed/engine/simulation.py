@@ -212,7 +212,7 @@ class Simulation:
             destinations = [d for d in destinations if self.energy.powered[d]]
         if not destinations:
             return
-        frame = self.delivery.carry(Frame(out.data), destinations)
+        frame = self.delivery.carry(out.frame(), destinations)
         edges = self.graph[src]
         for dst in destinations:
             self.recorder.sent(src, size, out.round)

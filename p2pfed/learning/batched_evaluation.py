@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from p2pfed.learning.batched_training import stacked_forward, vmap_forward_with_buffers
+from p2pfed.learning.batched_training import mlp_forward, stacked_forward, vmap_forward_with_buffers
 from p2pfed.learning.cnn import CNN
 from p2pfed.learning.metrics import grouped_loss, grouped_metrics
 from p2pfed.learning.model import MLP
@@ -57,13 +57,11 @@ def _evaluate_group(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys:
     for d, x in enumerate(xs):
         padded[d, :x.shape[0]] = x
     buffer_names = [name for name, _ in models[0].named_buffers()]
-    with evaluation_mode(models):
-        if buffer_names:   # read, not updated, in evaluation mode
-            per_buffers = [list(m.buffers()) for m in models]
-            buffers = {name: torch.stack([own[k] for own in per_buffers]) for k, name in enumerate(buffer_names)}
-            logits = vmap_forward_with_buffers(models[0])(params, buffers, padded)
-        else:
-            logits = stacked_forward(models[0])(params, padded)
+    template = models[0]
+    if type(template) is MLP and template.gates is None:   # grouped matmuls: no module runs, no mode to set
+        logits = mlp_forward(template)(params, padded)
+    else:
+        logits = _module_forward(models, params, padded, buffer_names)
     valid = torch.arange(longest).unsqueeze(0) < torch.as_tensor(sizes).unsqueeze(1)
     logits = logits[valid]                               # rows in device order, then sample order
     y = torch.cat(list(ys))
@@ -73,3 +71,16 @@ def _evaluate_group(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys:
     return [Evaluation(f1_macro=float(metrics.f1_macro[d]), loss=float(loss[d]),
                        accuracy=float(metrics.accuracy[d]), f1_present=float(metrics.f1_present[d]))
             for d in range(len(models))]
+
+
+def _module_forward(models: Sequence[nn.Module], params: dict[str, torch.Tensor], padded: torch.Tensor,
+                    buffer_names: list[str]) -> torch.Tensor:
+    """The group's logits through the models' own forward, in evaluation mode."""
+    with evaluation_mode(models):
+        if buffer_names:   # read, not updated, in evaluation mode
+            per_buffers = [list(m.buffers()) for m in models]
+            buffers = {name: torch.stack([own[k] for own in per_buffers]) for k, name in enumerate(buffer_names)}
+            logits = vmap_forward_with_buffers(models[0])(params, buffers, padded)
+        else:
+            logits = stacked_forward(models[0])(params, padded)
+    return logits

@@ -68,8 +68,11 @@ class Signer:
     def sign(self, kind: str, owner: int, round: int, sent_at: float, meta: Mapping[str, Any],
              tensors: Mapping[str, np.ndarray]) -> str:
         """The signature of an artifact (``signed_digest``) as the text that travels in its meta."""
-        sig = self.key.sign(signed_digest(kind, owner, round, sent_at, meta, tensors))
-        return base64.b64encode(sig).decode("ascii")
+        return self.sign_digest(signed_digest(kind, owner, round, sent_at, meta, tensors))
+
+    def sign_digest(self, digest: bytes) -> str:
+        """The signature of an artifact whose ``signed_digest`` is ``digest``, as its meta's text."""
+        return base64.b64encode(self.key.sign(digest)).decode("ascii")
 
 
 def signer_from_seed(seed: int, device: int) -> Signer:
@@ -106,8 +109,10 @@ class Keyring:
         self.keys = {int(i): Ed25519PublicKey.from_public_bytes(k) for i, k in keys.items()}
 
     def problem(self, signature: Any, kind: str, owner: int, round: int, sent_at: float,
-                meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> str | None:
-        """Why the artifact's ``signature`` is not its ``owner``'s (None: it is)."""
+                meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray], digest: bytes | None = None) -> str | None:
+        """Why the artifact's ``signature`` is not its ``owner``'s (None: it is). ``digest``: the
+        artifact's ``signed_digest`` where the caller knows it for these exact contents (the
+        runtime does for a frame whose bytes it saw encoded), saving the pass over its tensors."""
         key = self.keys.get(owner)
         if key is None:
             return f"no signing key is known for device {owner}"
@@ -115,7 +120,7 @@ class Keyring:
             return f"carries no signature of device {owner}"
         try:
             raw = base64.b64decode(signature.encode("ascii"), validate=True)
-            key.verify(raw, signed_digest(kind, owner, round, sent_at, meta, tensors))
+            key.verify(raw, digest if digest is not None else signed_digest(kind, owner, round, sent_at, meta, tensors))
         except (binascii.Error, UnicodeEncodeError, InvalidSignature):
             return f"signature is not device {owner}'s"
         return None
