@@ -273,7 +273,9 @@ class EngineSection(Section):
         "change, and receivers restore float32 before the method sees the payload."))
     torch_threads: int | Literal["auto"] = Field(default="auto", description=(
         "PyTorch intra-op threads, 1..256. `auto`: every core in a simulation of synchronous rounds, one in the "
-        "contact runtime, one per real peer and one per sweep worker. Results do not depend on it."))
+        "contact runtime, one per real peer and one per sweep worker. Results can differ in float rounding between "
+        "thread counts (a multi-threaded matrix product may sum in another order), so `auto` on machines with "
+        "different cores can too: set a number where runs must agree to the bit."))
     device: Literal["cpu", "cuda", "auto"] = Field(default="cpu", description=(
         "Where training runs. Only `cpu` is built so far: `cuda` is refused with the reason, `auto` picks `cpu`."))
     max_memory_gib: float | None = Field(default=None, gt=0, description=(
