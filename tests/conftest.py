@@ -8,8 +8,8 @@ from p2pfed.scenario.threads import WORKER_THREADS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One PyTorch thread per test process, and in every process a test starts: the tests run two
-# processes per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
+# One PyTorch thread per test process, and in every process a test starts: the tests run one
+# process per core (pytest-xdist), and tiny models gain nothing from more threads while OpenMP's
 # waiting threads, on cores another process is using, slow each run many times over. Set before
 # torch is imported; the runtimes read it as a sweep worker's thread count (results do not depend
 # on it). A contact run then starts no offload helper unless the test asks for one.
@@ -91,9 +91,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Two workers per core for ``-n auto``: many tests wait on real time (peers' rounds, emulated
-    links, processes starting), and a second worker per core keeps the core busy meanwhile."""
-    return 2 * len(os.sched_getaffinity(0))
+    """One worker per core for ``-n auto``. A second worker per core, meant to keep a core busy
+    while a test waits on real time, cost more than it gained once the tests that wait long had
+    moved to the slow set: two processes on one core slow each other's every test."""
+    return len(os.sched_getaffinity(0))
 
 
 @pytest.hookimpl(optionalhook=True)
