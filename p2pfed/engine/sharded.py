@@ -15,8 +15,8 @@ a stop between two files leaves the previous set whole), and a small file here n
 
 from __future__ import annotations
 
+import copy
 import logging
-import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,18 +43,15 @@ class _Done:
 
 class InProcess:
     """A shard in this process, called as a Dask actor is: each call returns a future, and its
-    arguments and answer are pickled and read back on the way, as between processes."""
+    arguments and answer are copied on the way (through the same ``__getstate__`` pickling uses),
+    so that, as between processes, the shard and this driver share no object."""
 
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
 
     def __getattr__(self, name: str) -> Callable[..., _Done]:
         method = getattr(self.shard, name)
-        return lambda *args: _Done(_copied(method(*_copied(args))))
-
-
-def _copied(value: Any) -> Any:
-    return pickle.loads(pickle.dumps(value))   # noqa: S301 - what this process itself just pickled
+        return lambda *args: _Done(copy.deepcopy(method(*copy.deepcopy(args))))
 
 
 def shard_args(loaded: RunSpec, parts: Sequence[Sequence[int]]) -> list[tuple[Any, ...]]:
