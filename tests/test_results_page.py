@@ -3,27 +3,19 @@ difference only where the adjusted p supports it, "level" only where an equivale
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from tests.bench_scripts import load_bench_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module          # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-page = _load("results_page")
+page = load_bench_script("results_page")
 
 
 def test_docs_results_md_is_what_the_committed_results_give():
@@ -105,7 +97,7 @@ def test_a_committed_sweeps_tables_regenerate_from_its_archive(folder):
 
 
 def test_pooled_seeds_regenerate_from_the_archives(tmp_path):
-    pool_seeds = _load("pool_seeds")
+    pool_seeds = load_bench_script("pool_seeds")
     results = ROOT / "bench" / "results"
     assert pool_seeds.main([str(tmp_path), str(results / "wisdm-dynamic-predict"),
                             str(results / "wisdm-dynamic-predict-6-10")]) == 0

@@ -5,11 +5,9 @@ from the committed results. No simulation runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from p2pfed.algorithms import ALGORITHMS
 from p2pfed.learning.cnn import make_cnn
 from p2pfed.scenario.fields import METHODS_PREFIX, scenario_fields
 from p2pfed.scenario.loader import load_scenario
+from tests.bench_scripts import load_bench_script
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "studies"
@@ -31,12 +30,7 @@ PAPERS = Path(os.environ.get("P2PFED_PAPERS", "/work/shared/papers"))
 
 
 def _power_module() -> Any:
-    spec = importlib.util.spec_from_file_location("study_power", ROOT / "bench" / "study_power.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["study_power"] = module          # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("study_power")
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -155,14 +149,7 @@ def _runs_in_history() -> bool:
 
 @pytest.mark.skipif(not _runs_in_history(), reason="a study's runs' commit is not in this checkout's git history")
 def test_committed_pages_are_the_generated_ones() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("study_pages", ROOT / "bench" / "study_pages.py")
-        assert spec is not None and spec.loader is not None
-        pages = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(pages)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    pages = load_bench_script("study_pages")
     stale = [path.name for path, text in pages.pages().items() if not path.is_file() or path.read_text() != text]
     assert not stale, f"run python bench/study_pages.py: {stale}"
 
@@ -211,15 +198,7 @@ def test_every_quote_is_in_its_paper() -> None:
 
 
 def _sweeps_module() -> Any:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("study_sweeps", ROOT / "bench" / "study_sweeps.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return load_bench_script("study_sweeps")
 
 
 def test_committed_sweeps_are_the_generated_ones():

@@ -5,11 +5,9 @@ No simulation runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 from scipy import stats
+
+from tests.bench_scripts import load_bench_script
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "studies"
@@ -32,16 +32,7 @@ NEEDS_HISTORY = pytest.mark.skipif(not IN_HISTORY, reason="the runs' commit is n
 
 
 def _results_module() -> Any:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("study_results", ROOT / "bench" / "study_results.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["study_results"] = module     # dataclasses look their module up
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return load_bench_script("study_results")
 
 
 @pytest.fixture(scope="module")

@@ -3,30 +3,14 @@ says: TOST at the margin, a fraction counted only when every smaller one holds t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_scripts import load_bench_script
 
-
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
-
-
-adversaries = _load("adversaries_tests")
-threat = _load("threat_table")
+adversaries = load_bench_script("adversaries_tests")
+threat = load_bench_script("threat_table")
 
 
 def test_the_readme_threat_table_is_what_the_committed_tests_give():
