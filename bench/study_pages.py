@@ -102,7 +102,8 @@ def matrix_page(path: Path, design: dict[str, Any]) -> str:
            design["one_commit"], "", "## Question", "", design["question"], "",
            "## The matrix", "",
            f"- Sweep: `{design['sweep']}`, into `{design['results']}`; scenario `{design['scenario']}`, "
-           f"method `{design['method']}`, seeds 1 to {n}; analysed by `{design['analysis']}`.",
+           "methods " + ", ".join(f"`{m}`" for m in design["methods"])
+           + f", seeds 1 to {n}; analysed by `{design['analysis']}`.",
            "- Settings: " + ", ".join(f"`{k}: {yaml_text(v)}`" for k, v in design["settings"].items()) + ".",
            "- Defences (`algorithm.robust`): " + ", ".join(f"`{d}`" for d in design["defences"]) + ".",
            "- Attacks: " + ", ".join(_attack(k, opts) for k, opts in design["attacks"].items()) + ".",
@@ -116,7 +117,7 @@ def matrix_page(path: Path, design: dict[str, Any]) -> str:
     out += [f"- {item}" for item in design["not_in_this_study"]]
     out += ["", "## Metrics", "", f"- Primary: {design['metrics']['primary']}."]
     out += [f"- `{k}`: {v}." for k, v in design["metrics"].get("secondary", {}).items()]
-    out += ["", "## Hypotheses: one Benjamini–Hochberg family", "",
+    out += ["", "## Hypotheses: one Benjamini–Hochberg family per method", "",
             f"{family['members']}; q = {family['q']}.", "",
             "| id | cells | a | b | test | metric | sd used | n for it | power at n |", "|---" * 9 + "|"]
     for h in design["hypotheses"]:

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from p2pfed.algorithms import Attacker, Payload
-from p2pfed.algorithms.adaptive_attacks import alie, alie_z, ipm, liars_among, min_max, neighbourhood_poisoned
+from p2pfed.algorithms.adaptive_attacks import (aligned, alie, alie_z, ipm, liars_among, min_max,
+                                                neighbourhood_poisoned, spread)
 from p2pfed.algorithms.attacks import Attack, adversarial
 from p2pfed.algorithms.payloads import Received
 from p2pfed.data.synthetic import make_synthetic
@@ -65,6 +66,44 @@ def test_the_liar_sees_only_its_own_share_and_its_neighbours_of_the_same_part_an
     assert np.allclose(sent["w"], [-1.5, 0.0]) and sent["w"].dtype == np.float32
     assert np.array_equal(sent["units"], own["units"])                           # integer arrays stay
     assert np.array_equal(neighbourhood_poisoned("alie", "whole", {"p": own["w"]}, cached, skip=("p",))["p"], own["w"])
+
+
+def test_subnetwork_rows_are_compared_unit_by_unit_and_missing_ones_left_out():
+    """The liar sends units 0 and 2 of a layer, a neighbour units 2 and 3: the neighbour counts at
+    unit 2 only, and the statistics at unit 0 are the liar's alone (deviation 0)."""
+    def units(tensors):
+        return {"w": tensors["at"].astype(np.int64)} if "at" in tensors else None
+    own = {"w": np.array([[1.0, 1.0], [3.0, 3.0]]), "at": np.array([0, 2])}
+    theirs = {"w": np.array([[5.0, 7.0], [9.0, 9.0]]), "at": np.array([2, 3])}
+    row = aligned(theirs, own, ["w"], units)
+    assert row is not None and np.isnan(row[:2]).all() and np.array_equal(row[2:], [5.0, 7.0])
+    assert aligned({"w": theirs["w"], "at": np.array([4, 5])}, own, ["w"], units) is None   # nothing in common
+    honest = np.vstack([own["w"].ravel(), row])
+    assert np.allclose(spread(honest), [0.0, 0.0, np.sqrt(2.0), np.sqrt(8.0)])
+    sent = neighbourhood_poisoned("alie", "subnetworks", own, [_received(1, theirs)], z=1.0, row_units=units)
+    assert np.allclose(sent["w"], [[1.0, 1.0], [4.0 - np.sqrt(2.0), 5.0 - np.sqrt(8.0)]])
+    assert np.array_equal(sent["at"], own["at"])
+
+
+def test_on_fedsub_each_adaptive_attack_reaches_the_honest_devices():
+    """A real FedSub run with two liars of twelve under the median: each attack's subnetwork rows
+    are computed from its neighbours' rows of the same units, so the honest devices end elsewhere
+    than with liars that send their honest share."""
+    def honest(kind: str) -> float:
+        sets = ["algorithm.name=fedsub", "rounds=6", "algorithm.robust=median", "seed=1",
+                f"adversaries=[{{kind: {kind}, fraction: 0.2}}]"]
+        summary = run_scenario(load_scenario(SCENARIO, sets), progress=False)
+        assert summary is not None
+        return summary["adversaries"]["honest_f1_mean"]
+    honest_liars = honest(f"{Path(__file__).resolve()}:Honest")
+    for kind in KINDS:
+        assert honest(kind) != honest_liars, kind
+
+
+class Honest(Attacker):
+    """A liar that sends what its method would: the reference the attacks are compared with."""
+
+    name = "honest"
 
 
 def test_scenario_entries_carry_the_attacks_parameters_and_refuse_the_ones_that_mean_nothing():

@@ -231,13 +231,13 @@ def _attack_cells(design: dict[str, Any]) -> list[list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("path", MATRICES, ids=lambda p: p.stem)
 def test_a_matrix_designs_sweep_runs_exactly_what_it_declares(path: Path) -> None:
-    """The sweep file a matrix design names runs its method, scenario, settings, seeds 1 to n, every
+    """The sweep file a matrix design names runs its methods, scenario, settings, seeds 1 to n, every
     defence and every attack at every fraction, and nothing else."""
     import json
 
     design = _read(path)
     sweep = _read(ROOT / design["sweep"])
-    assert sweep["methods"] == [design["method"]]
+    assert sweep["methods"] == design["methods"]
     scenario = (ROOT / design["sweep"]).parent / sweep["scenario"]
     assert scenario.resolve() == (ROOT / design["scenario"]).resolve()
     assert sweep["seeds"] == list(range(1, design["power"]["n"] + 1))

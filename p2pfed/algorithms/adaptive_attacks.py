@@ -30,12 +30,18 @@ denominator):
   follows the authors' public notebooks (``vrt1shjwlkr/NDSS21-Model-Poisoning``): ``γ`` starts at
   10, moves up after a success and down after a failure by a step halved each time, until two
   tries differ by at most 1e-5; the last success is used (none: ``γ = 0``, the honest mean).
+
+A share of parts of a model (FedSub's subnetwork rows: each device sends the rows of its own
+classes' units) is compared unit by unit: a neighbour's row counts at the liar's row of the same
+unit, and where a neighbour sends no row for one of the liar's units its values are missing
+(NaN). Means, deviations and distances are then taken over the values present (a coordinate
+held by the liar alone has deviation 0; a distance covers the coordinates both vectors hold).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from statistics import NormalDist
 
 import numpy as np
@@ -59,24 +65,35 @@ def alie_z(n: int, m: int) -> float:
     return NormalDist().inv_cdf(min(max(share, 1e-6), 1 - 1e-6))
 
 
+def center(honest: np.ndarray) -> np.ndarray:
+    """The coordinate-wise mean of the rows (over the values present where some are NaN)."""
+    return np.asarray(np.nanmean(honest, axis=0) if np.isnan(honest).any() else honest.mean(axis=0))
+
+
 def spread(honest: np.ndarray) -> np.ndarray:
-    """The coordinate-wise standard deviation of the rows (``n - 1`` denominator; 0 for one row)."""
+    """The coordinate-wise standard deviation of the rows (``n - 1`` denominator; 0 for one row,
+    and where fewer than two values are present)."""
+    if np.isnan(honest).any():
+        present = np.sum(~np.isnan(honest), axis=0)
+        deviations = honest - np.nanmean(honest, axis=0)
+        squares = np.nansum(deviations ** 2, axis=0)
+        return np.asarray(np.where(present > 1, np.sqrt(squares / np.maximum(present - 1, 1)), 0.0))
     return np.asarray(np.std(honest, axis=0, ddof=1) if len(honest) > 1 else np.zeros(honest.shape[1]))
 
 
 def alie(honest: np.ndarray, z: float) -> np.ndarray:
     """``μ - z·σ`` over the rows of ``honest``."""
-    return np.asarray(honest.mean(axis=0) - z * spread(honest))
+    return np.asarray(center(honest) - z * spread(honest))
 
 
 def ipm(honest: np.ndarray, epsilon: float) -> np.ndarray:
     """``-ε·μ`` over the rows of ``honest``."""
-    return np.asarray(-epsilon * honest.mean(axis=0))
+    return np.asarray(-epsilon * center(honest))
 
 
 def perturbation(honest: np.ndarray, deviation: str) -> np.ndarray:
     """The direction ``min-max`` and ``min-sum`` move away along (subtracted from the mean)."""
-    mean = honest.mean(axis=0)
+    mean = center(honest)
     if deviation == "std":
         return spread(honest)
     if deviation == "unit-vec":
@@ -89,7 +106,10 @@ def perturbation(honest: np.ndarray, deviation: str) -> np.ndarray:
 
 def squared_distances(rows: np.ndarray, other: np.ndarray) -> np.ndarray:
     """Squared Euclidean distances between every row of ``rows`` and every row of ``other`` (from
-    their Gram matrix: no rows × rows × values array, whatever the model's size)."""
+    their Gram matrix: no rows × rows × values array, whatever the model's size; with NaN, one
+    row at a time over the coordinates both hold)."""
+    if np.isnan(rows).any() or np.isnan(other).any():
+        return np.asarray([np.nansum((other - row) ** 2, axis=1) for row in rows])
     squared = np.sum(rows ** 2, axis=1)[:, None] + np.sum(other ** 2, axis=1)[None, :] - 2.0 * rows @ other.T
     return np.asarray(np.maximum(squared, 0.0))
 
@@ -97,12 +117,13 @@ def squared_distances(rows: np.ndarray, other: np.ndarray) -> np.ndarray:
 def min_max(honest: np.ndarray, deviation: str = "std", *, objective: str = "max") -> np.ndarray:
     """``μ - γ·p`` with the largest ``γ`` the bisection finds (see the module); ``objective``:
     ``max`` for min-max, ``sum`` for min-sum."""
-    mean, p = honest.mean(axis=0), perturbation(honest, deviation)
+    mean, p = center(honest), perturbation(honest, deviation)
     pairwise = squared_distances(honest, honest)
     bound = pairwise.max() if objective == "max" else pairwise.sum(axis=1).min()
+    total = np.nansum if np.isnan(honest).any() else np.sum
 
     def holds(gamma: float) -> bool:
-        d = np.sum((honest - (mean - gamma * p)) ** 2, axis=1)
+        d = total((honest - (mean - gamma * p)) ** 2, axis=1)
         return bool((d.max() if objective == "max" else d.sum()) <= bound)
 
     gamma, step, success = GAMMA_START, GAMMA_START, 0.0
@@ -149,21 +170,49 @@ def unflat(vector: np.ndarray, like: dict[str, np.ndarray], names: list[str]) ->
     return out
 
 
+RowUnits = Callable[[dict[str, np.ndarray]], "dict[str, np.ndarray] | None"]
+
+
+def aligned(theirs: dict[str, np.ndarray], tensors: dict[str, np.ndarray], names: list[str],
+            row_units: RowUnits | None) -> np.ndarray | None:
+    """A neighbour's arrays as one vector over the own ``names``: as they are when both send whole
+    arrays of the same shapes; unit by unit (NaN where it sends no row of that unit) when
+    ``row_units`` gives each share's rows' units; None when it holds none of the own values."""
+    if not all(n in theirs for n in names):
+        return None
+    mine, their_units = (row_units(tensors), row_units(theirs)) if row_units is not None else (None, None)
+    if mine is None or their_units is None:
+        return flat(theirs, names) if all(theirs[n].shape == tensors[n].shape for n in names) else None
+    pieces, common_values = [], 0
+    for n in names:
+        if n not in mine or n not in their_units or theirs[n].shape[1:] != tensors[n].shape[1:]:
+            return None
+        piece = np.full(tensors[n].shape, np.nan)
+        _, at_mine, at_theirs = np.intersect1d(mine[n], their_units[n], assume_unique=True, return_indices=True)
+        piece[at_mine] = theirs[n][at_theirs]
+        common_values += piece[at_mine].size
+        pieces.append(piece.ravel())
+    return np.concatenate(pieces) if common_values else None
+
+
 def neighbourhood_poisoned(kind: str, part: str, tensors: dict[str, np.ndarray], cached: Iterable[Received],
                            *, skip: Iterable[str] = (), z: float | None = None, epsilon: float = 0.1,
-                           deviation: str = "std", liar_share: float = 0.0) -> dict[str, np.ndarray]:
+                           deviation: str = "std", liar_share: float = 0.0,
+                           row_units: RowUnits | None = None) -> dict[str, np.ndarray]:
     """The own shared ``tensors`` of ``part`` with their float arrays (but those in ``skip``)
-    replaced by what ``kind`` sends, from them and the neighbours' cached shares of that part."""
+    replaced by what ``kind`` sends, from them and the neighbours' cached shares of that part
+    (or of every part, where the parts travelled as one message);
+    ``row_units``: for a share of some units' rows, each array's rows' units (see the module)."""
     skipped = set(skip)
     names = [n for n, a in tensors.items() if n not in skipped and np.issubdtype(a.dtype, np.floating)]
     if not names:
         return tensors
     rows = [flat(tensors, names)]
     for item in cached:
-        theirs = item.payload.tensors
-        if item.payload.meta.get("part", "whole") == part and all(
-                n in theirs and theirs[n].shape == tensors[n].shape for n in names):
-            rows.append(flat(theirs, names))
+        if item.payload.meta.get("part", "whole") in (part, "whole"):   # "whole": a message of every part
+            row = aligned(item.payload.tensors, tensors, names, row_units)
+            if row is not None:
+                rows.append(row)
     vector = malicious_vector(kind, np.vstack(rows), z=z, epsilon=epsilon, deviation=deviation,
                               liar_share=liar_share)
     return unflat(vector, tensors, names)

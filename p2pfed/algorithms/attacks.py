@@ -29,8 +29,8 @@ adversary may combine kinds (``kind: [prototype-shift, sign-flip]``); each acts 
   each forged copy fails its claimed owner's signature and is refused.
 - ``alie``, ``ipm``, ``min-max``, ``min-sum`` (adaptive model poisoning): every model float array
   it shares (prototypes aside) replaced by a model computed from its own honest share and its
-  neighbours' newest shares of the same part, aimed at the robust rules
-  (``adaptive_attacks.py``, where each is defined).
+  neighbours' newest shares of the same part (FedSub's subnetwork rows unit by unit), aimed at
+  the robust rules (``adaptive_attacks.py``, where each is defined).
 
 An attack of the user's own (``attacker.Attacker``, named ``file.py:Class``, ``module:Class`` or
 by its ``p2pfed.attacks`` entry point) turns the device's parts, after the shipped kinds it is
@@ -164,7 +164,8 @@ def poisoned(payload: Payload, attack: Attack, rng: np.random.Generator, cached:
         elif kind in ADAPTIVE_KINDS:
             tensors = neighbourhood_poisoned(
                 kind, payload.meta.get("part", "whole"), tensors, cached, skip=(PROTOTYPES,),
-                z=attack.z, epsilon=attack.epsilon, deviation=attack.deviation, liar_share=attack.liar_share)
+                z=attack.z, epsilon=attack.epsilon, deviation=attack.deviation, liar_share=attack.liar_share,
+                row_units=lambda shared: subnetwork_row_units(shared, model))
         elif kind in MODEL_KINDS:
             tensors = {name: model_poisoned(kind, array, attack, rng) if name != PROTOTYPES else array
                        for name, array in tensors.items()}
@@ -226,6 +227,25 @@ def shifted_prototypes(payload: Payload, tensors: dict[str, np.ndarray], attack:
         if c in goals:
             moved[j] = protos[j] + attack.shift * (goals[c] - protos[j])
     return {**tensors, PROTOTYPES: moved.astype(tensors[PROTOTYPES].dtype)}
+
+
+def subnetwork_row_units(tensors: dict[str, np.ndarray], model: nn.Module) -> dict[str, np.ndarray] | None:
+    """Per parameter of a subnetwork share (FedSub's: the rows of the union of its class
+    subnetworks, marked in ``units``), the unit each row it sends belongs to; None for a share of
+    whole arrays."""
+    packed = tensors.get("units")
+    if packed is None or packed.ndim != 2:
+        return None
+    layers = unit_layers(model)
+    sizes = [layer.size for layer in layers]
+    if packed.shape[1] != -(-sum(sizes) // 8):
+        return None
+    union = np.asarray(np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool).any(axis=0))
+    out: dict[str, np.ndarray] = {}
+    for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
+        for name in layer.params:
+            out[name] = np.flatnonzero(union[a:b])
+    return out
 
 
 def class_poisoned(payload: Payload, tensors: dict[str, np.ndarray], attack: Attack,
