@@ -224,9 +224,10 @@ def test_each_study_sweeps_every_arm_once_in_every_scenario(path: Path) -> None:
 
 
 def _attack_cells(design: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """The ``adversaries`` values a matrix design declares: none, then each attack at each fraction."""
-    return [[]] + [[{"kind": kind, "fraction": f, **options}] for kind, options in design["attacks"].items()
-                   for f in design["fractions"]]
+    """The ``adversaries`` values a matrix design declares: none, then each attack (``a+b``: kinds
+    combined) at each fraction."""
+    return [[]] + [[{"kind": kind.split("+") if "+" in kind else kind, "fraction": f, **options}]
+                   for kind, options in design["attacks"].items() for f in design["fractions"]]
 
 
 @pytest.mark.parametrize("path", MATRICES, ids=lambda p: p.stem)
