@@ -30,7 +30,10 @@ def test_broken_scenario_reports_every_problem_naming_file_and_field(repo_root, 
 
 
 def test_shipped_scenarios_validate(repo_root, capsys):
-    files = sorted(str(p) for p in (repo_root / "scenarios").glob("*.yaml") if p.name != "broken.yaml")
+    # The WESAD and DREAMT templates read a table the user produces: tests/test_stress_sleep_templates.py
+    # validates and runs them on a stand-in file.
+    skipped = {"broken.yaml", "wesad-stress.yaml", "dreamt-sleep.yaml"}
+    files = sorted(str(p) for p in (repo_root / "scenarios").glob("*.yaml") if p.name not in skipped)
     assert files
     assert main(["validate", *files]) == 0
 
