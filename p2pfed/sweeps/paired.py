@@ -95,10 +95,12 @@ def paired_rows(results: list[CellResult]) -> list[dict[str, Any]]:
 
 
 def _rows(configs: dict[str, dict[int, CellResult]], column: str, protocol: str) -> list[dict[str, Any]]:
+    # each run's devices.csv read once: the pairs below are quadratic in the configurations
+    f1 = {name: {seed: per_device_f1(r, column) for seed, r in runs.items()} for name, runs in configs.items()}
     rows = []
     for (a, runs_a), (b, runs_b) in itertools.combinations(configs.items(), 2):
         pairs = [(s, m) for s in sorted(set(runs_a) & set(runs_b))
-                 if (m := seed_means(per_device_f1(runs_a[s], column), per_device_f1(runs_b[s], column))) is not None]
+                 if (m := seed_means(f1[a][s], f1[b][s])) is not None]
         if len(pairs) < 2:
             continue
         ratios = []
