@@ -16,11 +16,14 @@ comparisons (Benjamini–Hochberg, stated in the table):
   the honest F1, adjusted p < 0.05.
 
     python bench/adversaries_tests.py bench/results/adversaries
-    python bench/adversaries_tests.py bench/results/adversaries-adaptive --holds tost
+    python bench/adversaries_tests.py bench/results/adversaries-adaptive --holds tost \
+        --design studies/adversaries-adaptive.yaml
 
 writes ``tests.csv``, ``table.md`` (a table per method; each method's tests adjusted apart) and
 ``honest_f1.png`` (honest F1 against the liars' fraction, a panel per method and attack, a line
-per defence, mean and 95 % t interval over seeds) into the sweep folder and prints the tables.
+per defence, mean and 95 % t interval over seeds) into the sweep folder and prints the tables;
+with ``--design``, also the folder's ``README.md``: the study's question, the commit the runs
+came from, where they depart from the design, the commands and the tables.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from scipy import stats
 from p2pfed.sweeps.archive import stored_cells
 from p2pfed.sweeps.paired import adjust, paired_test
 
+ROOT = Path(__file__).resolve().parents[1]
 MARGIN = 0.05
 ALPHA = 0.05
 SPREAD_FLOOR = 1e-9   # differences spread less than this are equal (float rounding), not a t-test's input
@@ -155,33 +159,88 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(cells: dict[str, dict[tuple[str, str], dict[int, float]]], path: Path) -> None:
-    """Honest F1 against the fraction of liars: a panel per (method, attack kind), a line per defence."""
+    """Honest F1 against the fraction of liars: a row of panels per method, a column per attack
+    kind, a line per defence."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = sorted({(m, a.rsplit(" ", 2)[0]) for m, by in cells.items() for _, a in by if a != "none"})
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), sharey=True, squeeze=False)
-    for ax, (method, kind) in zip(axes[0], panels):
+    methods = sorted(cells)
+    kinds = sorted({a.rsplit(" ", 2)[0] for by in cells.values() for _, a in by if a != "none"})
+    fig, axes = plt.subplots(len(methods), len(kinds), figsize=(3.2 * len(kinds), 3.0 * len(methods)),
+                             sharey=True, squeeze=False)
+    for row, method in zip(axes, methods):
         by = cells[method]
-        for defence in sorted({d for d, _ in by}, key=lambda d: (d != "none", d)):
-            xs, means, halves = [], [], []
-            for attack in ["none", *sorted({a for d, a in by if a.startswith(kind + " ")},
-                                           key=lambda a: float(a.split()[-2]))]:
-                values = list(by.get((defence, attack), {}).values())
-                if len(values) < 2:
-                    continue
-                xs.append(0.0 if attack == "none" else float(attack.split()[-2]))
-                means.append(float(np.mean(values)))
-                spread = np.std(values, ddof=1) / math.sqrt(len(values))
-                halves.append(float(stats.t.ppf(0.975, len(values) - 1) * spread))
-            ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, label=defence)
-        ax.set_title(f"{method}: {kind}", fontsize=9)
-        ax.set_xlabel("liars (%)")
-    axes[0][0].set_ylabel("honest devices' F1")
+        for ax, kind in zip(row, kinds):
+            attacks = sorted({a for d, a in by if a.startswith(kind + " ")}, key=lambda a: float(a.split()[-2]))
+            if not attacks:
+                ax.axis("off")
+                continue
+            for defence in sorted({d for d, _ in by}, key=lambda d: (d != "none", d)):
+                xs, means, halves = [], [], []
+                for attack in ["none", *attacks]:
+                    values = list(by.get((defence, attack), {}).values())
+                    if len(values) < 2:
+                        continue
+                    xs.append(0.0 if attack == "none" else float(attack.split()[-2]))
+                    means.append(float(np.mean(values)))
+                    spread = np.std(values, ddof=1) / math.sqrt(len(values))
+                    halves.append(float(stats.t.ppf(0.975, len(values) - 1) * spread))
+                ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, label=defence)
+            ax.set_title(f"{method}: {kind}", fontsize=9)
+            ax.set_xlabel("liars (%)")
+        row[0].set_ylabel("honest devices' F1")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def provenance(folder: Path) -> tuple[list[str], int, float]:
+    """The commits the cells were made at (``+dirty`` where the package tree was not clean), the
+    number of cells, and their summed wall time in seconds."""
+    commits: set[str] = set()
+    count, wall = 0, 0.0
+    for cell in stored_cells(folder).values():
+        code = cell.summary.get("code", {})
+        commits.add(str(code.get("git_commit", "unknown"))[:7] + ("+dirty" if code.get("git_dirty") else ""))
+        count += 1
+        wall += float(cell.summary.get("wall_time_s", 0.0))
+    return sorted(commits), count, wall
+
+
+def readme(folder: Path, design_path: Path, tables: str) -> str:
+    """The results folder's page: what the design declared, where these runs depart from it, the
+    commands, and the tables."""
+    import yaml
+
+    design = yaml.safe_load(design_path.read_text())
+    declared = design_path.resolve().relative_to(ROOT).as_posix()
+    page = declared.removesuffix(".yaml") + ".md"
+    commits, count, wall = provenance(folder)
+    n = int(design["power"]["n"])
+    configurations = len(design["defences"]) * (len(design["attacks"]) * len(design["fractions"]) + 1)
+    expected = len(design["methods"]) * configurations * n
+    departures = ([f"the cells come from {len(commits)} commits ({', '.join(commits)})"] if len(commits) != 1 else []) \
+        + ([f"the package tree was not clean ({commits[0]})"] if len(commits) == 1 and "dirty" in commits[0] else []) \
+        + ([f"{count} runs where the design declares {expected}"] if count != expected else [])
+    return "\n".join([
+        f"# {design['study']}: which defence holds", "",
+        design["question"], "",
+        f"Declared before its runs: [`{declared}`](../../../{declared}) (its page: [`{page}`](../../../{page})). "
+        f"{count} runs ({', '.join(design['methods'])}; seeds 1 to {n}) from commit "
+        f"{', '.join(commits)}; {wall / 60:.0f} minutes of summed run time. Departures from the design: "
+        + ("; ".join(departures) if departures else "none (one clean commit, every declared run present)") + ".", "",
+        "Reproduce:", "",
+        f"    p2pfed sweep {design['sweep']} --out {design['results']} --workers 2",
+        f"    p2pfed report {design['results']} --pack",
+        f"    {design['analysis']} --design {declared}",
+        "    python bench/threat_table.py        # the main README's threat table", "",
+        "The sweep's own `summary.csv`/`paired.csv` score all devices, liars too; the tables below read the "
+        "honest devices' final F1 (`summary.json` `adversaries.honest_f1_mean`), the seed the unit. "
+        "`tests.csv` holds every test, `honest_f1.png` the curves (mean and 95 % t interval over seeds). "
+        "`p2pfed report` also writes `paired.csv` (every pair of configurations, attacks and methods mixed), "
+        "`report.html` and `f1_curves.png`; they are not kept here (tens of MB) and come back with it.", "",
+        tables]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep", type=Path, help="the adversaries sweep's results folder")
     parser.add_argument("--holds", choices=sorted(HOLDS), default="non-inferiority",
                         help="the holds test: one-sided non-inferiority, or TOST (equivalence) at the margin")
+    parser.add_argument("--design", type=Path, help="the study design the sweep ran: also write the folder's README.md")
     args = parser.parse_args(argv)
     cells = read_cells(args.sweep)
     per_method = {m: tests(by, m, args.holds) for m, by in sorted(cells.items())}
@@ -202,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(rows)
     text = "\n".join(table(method_rows) for method_rows in per_method.values())
     (args.sweep / "table.md").write_text(text)
+    if args.design is not None:
+        (args.sweep / "README.md").write_text(readme(args.sweep, args.design, text))
     print(text)
     return 0 if not any(math.isnan(float(r["f1_a"])) for r in rows) else 1
 

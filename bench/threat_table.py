@@ -1,12 +1,16 @@
-"""The README's threat table, from the adaptive-attack matrix's seed-level tests.
+"""The README's threat table, from the attack matrices' seed-level tests.
 
-Reads ``bench/results/adversaries-adaptive/tests.csv`` (written by ``bench/adversaries_tests.py
-... --holds tost``) and writes, between the README's ``threat-table`` markers, which defence
-holds against which attack up to which share of liars (it holds at that fraction and at every
-smaller one tested), what no defence is shown to stop, and what the matrix does not cover yet.
+Reads each matrix study's ``tests.csv`` (``studies/adversaries-adaptive.yaml``,
+``adversaries-more.yaml`` and ``adversaries-fedsub-own.yaml``; written by
+``bench/adversaries_tests.py ... --holds tost`` into the study's results folder) and writes,
+``bench/results/threat-tables.md``: which defence holds against which attack up to which share
+of liars (it holds at that fraction and at every smaller one tested), a table per method with
+the attacks of every study side by side (n/a where a method cannot meet an attack), and what no
+defence is shown to stop; and between the README's ``threat-table`` markers, its summary per
+defence and method. Each study's tests are adjusted apart, per method.
 
-    python bench/threat_table.py           # rewrites the README's section
-    python bench/threat_table.py --check   # exit 1 when the README's section differs
+    python bench/threat_table.py           # rewrites both
+    python bench/threat_table.py --check   # exit 1 when either differs
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "bench" / "results" / "adversaries-adaptive" / "tests.csv"
 README = ROOT / "README.md"
-DESIGN = ROOT / "studies" / "adversaries-adaptive.yaml"
+TABLES = ROOT / "bench" / "results" / "threat-tables.md"
+STUDIES = [ROOT / "studies" / f"{name}.yaml"
+           for name in ("adversaries-adaptive", "adversaries-more", "adversaries-fedsub-own")]
 BEGIN, END = "<!-- threat-table: begin (python bench/threat_table.py) -->", "<!-- threat-table: end -->"
 ALPHA = 0.05
 MARGIN = 0.05   # the design's equivalence margin (F1)
@@ -71,45 +76,116 @@ def above(rows: list[dict[str, str]]) -> dict[tuple[str, str], list[int]]:
             for key, found in _by_fraction(rows).items()}
 
 
-def declared_order() -> tuple[list[str], list[str], list[float]]:
-    """The design's defences, attack kinds and fractions of liars, in its order."""
-    design = yaml.safe_load(DESIGN.read_text())
-    return list(design["defences"]), list(design["attacks"]), list(design["fractions"])
+def declared_order() -> tuple[list[str], list[str], list[str], list[float]]:
+    """The studies' methods, defences, attack kinds and fractions of liars, in their order (the
+    first study's methods, defences and fractions; every study's attacks)."""
+    designs = [yaml.safe_load(path.read_text()) for path in STUDIES]
+    first = designs[0]
+    kinds = [k for design in designs for k in design["attacks"]]
+    return list(first["methods"]), list(first["defences"]), kinds, list(first["fractions"])
+
+
+def read_studies() -> list[dict[str, str]]:
+    """Every study's holds rows, each marked with its study (the first study's runs without liars
+    only: each study has its own)."""
+    rows = []
+    for i, path in enumerate(STUDIES):
+        design = yaml.safe_load(path.read_text())
+        rows += [{**r, "study": design["study"]} for r in read_holds(ROOT / design["results"] / "tests.csv")
+                 if i == 0 or r["attack"] != "none"]
+    return rows
 
 
 def _above(percents: list[int]) -> str:
     return f" (above the clean run at {', '.join(str(p) for p in percents)} %)" if percents else ""
 
 
-def section(rows: list[dict[str, str]]) -> str:
+def method_table(rows: list[dict[str, str]], defences: list[str], kinds: list[str],
+                 liars: dict[int, int]) -> list[str]:
+    """One method's table (a line per defence, a column per attack) and what nothing stops."""
     reach, high = up_to(rows), above(rows)
-    defences, kinds, fractions = declared_order()
-    liars = {round(100 * f): max(1, round(f * DEVICES)) for f in fractions}
     clean = {r["defence"]: _held(r) for r in rows if r["attack"] == "none"}
-    seeds = sorted({int(r["seeds"]) for r in rows})
-    out = [BEGIN, "",
-           f"Gossip averaging, {DEVICES} synthetic devices on a complete graph, 20 rounds; liars at "
-           f"{' and '.join(f'{p} %' for p in liars)} ({' and '.join(str(n) for n in liars.values())} of {DEVICES}). "
-           "A defence **holds** against an attack up to a "
-           f"share of liars when, there and at every smaller share tested, the honest devices' final F1 stays "
-           f"within ±0.05 of the run with neither liars nor defence (TOST, the seed the unit, {seeds[-1]} seeds, "
-           f"Benjamini–Hochberg over {rows[0]['comparisons']} tests, adjusted p < {ALPHA}). Five seeds are a "
-           "pilot: – means *not shown to hold* at 10 %, not *fails*; *above the clean run*: the mean difference "
-           f"is above +{MARGIN} there (not equivalent, so not counted as holding; described, not tested).", "",
+    families = {r["study"]: r["comparisons"] for r in rows}
+    out = [f"**{rows[0]['method']}** (Benjamini–Hochberg over its "
+           + " and ".join(f"{n} tests in `{study}`" for study, n in families.items()) + "):", "",
            "| defence | no liars | " + " | ".join(f"`{k}`" for k in kinds) + " |",
            "|---|---|" + "---|" * len(kinds)]
+    met = {k for (_, k) in reach}
     for d in defences:
         cost = "–" if d == "none" else ("level" if clean.get(d) else "not shown level")
-        cells = [(f"up to {reach[(d, k)]} %" if reach.get((d, k)) else "–") + _above(high.get((d, k), []))
-                 for k in kinds]
+        cells = [("n/a" if k not in met else (f"up to {reach[(d, k)]} %" if reach.get((d, k)) else "–")
+                  + _above(high.get((d, k), []))) for k in kinds]
         out.append(f"| `{d}` | {cost} | " + " | ".join(cells) + " |")
     stopped = {(k, p) for (d, k) in reach for p in liars if p <= reach[(d, k)]}
-    unstopped = [f"`{k}` at {p} %" for k in kinds for p in liars if (k, p) not in stopped]
-    out += ["", "Nothing here is shown to stop: " + (", ".join(unstopped) if unstopped else "–") + ".", "",
-            "Not yet in this matrix: Ditto and FedSub (their results against the naive attacks: "
-            "[docs/results.md](docs/results.md)), and real peers with a Sybil. Design: "
-            "[studies/adversaries-adaptive.md](studies/adversaries-adaptive.md); results and the commands: "
-            "[bench/results/adversaries-adaptive/](bench/results/adversaries-adaptive/README.md).", "", END]
+    unstopped = [f"`{k}` at {p} %" for k in kinds if k in met for p in liars if (k, p) not in stopped]
+    return out + ["", "Nothing here is shown to stop: " + (", ".join(unstopped) if unstopped else "–") + ".", ""]
+
+
+def _definitions(rows: list[dict[str, str]], liars: dict[int, int]) -> str:
+    seeds = sorted({int(r["seeds"]) for r in rows})
+    return (f"{DEVICES} synthetic devices on a complete graph, 20 rounds; liars at "
+            f"{' and '.join(f'{p} %' for p in liars)} ({' and '.join(str(n) for n in liars.values())} of {DEVICES}). "
+            "A defence **holds** against an attack up to a share of liars when, there and at every smaller share "
+            f"tested, the honest devices' final F1 stays within ±{MARGIN} of the run with neither liars nor defence "
+            f"(TOST, the seed the unit, {' or '.join(str(n) for n in seeds)} seeds, Benjamini–Hochberg over each "
+            f"method's tests in each study, adjusted p < {ALPHA}). Not shown to hold is not *fails*. "
+            "Ditto's F1 is its personal model's.")
+
+
+def _sources() -> str:
+    return ("Designs and results, with the commands: "
+            + "; ".join(f"[studies/{p.stem}.md](studies/{p.stem}.md), [bench/results/{p.stem}/]"
+                        f"(bench/results/{p.stem}/README.md)" for p in STUDIES) + ".")
+
+
+def tables_page(rows: list[dict[str, str]]) -> str:
+    """Every method's table, attack by attack (``TABLES``)."""
+    methods, defences, kinds, fractions = declared_order()
+    liars = {round(100 * f): max(1, round(f * DEVICES)) for f in fractions}
+    out = ["# Which defence holds against which attack", "",
+           "Generated by `python bench/threat_table.py` from the matrices' `tests.csv`; the README's threat "
+           "table summarises it.", "", _definitions(rows, liars).replace("](", "](../../"), "",
+           f"– means *not shown to hold* at {min(liars)} %; *above the clean run*: the mean difference is above "
+           f"+{MARGIN} there (not equivalent, so not counted as holding; described, not tested); n/a: the method "
+           "cannot meet that attack.", ""]
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        if mine:
+            out += method_table(mine, defences, kinds, liars)
+    return "\n".join(out + [_sources().replace("](", "](../../"), ""])
+
+
+def section(rows: list[dict[str, str]]) -> str:
+    """The README's summary: per defence and method, whether it is level without liars and how
+    many of the attacks the method meets it holds against at each share; what nothing stops."""
+    methods, defences, kinds, fractions = declared_order()
+    liars = {round(100 * f): max(1, round(f * DEVICES)) for f in fractions}
+    per_method = {m: [r for r in rows if r["method"] == m] for m in methods}
+    reach = {m: up_to(mine) for m, mine in per_method.items() if mine}
+    out = [BEGIN, "", _definitions(rows, liars) + " "
+           "Each cell: *level* or not without liars; then against how many of the attacks the method meets it "
+           f"holds at {' and up to '.join(f'{p} %' for p in liars)}. The attacks: "
+           + ", ".join(f"`{k}`" for k in kinds) + " (the last two FedSub's own).", "",
+           "| defence | " + " | ".join(reach) + " |", "|---|" + "---|" * len(reach)]
+    for d in defences:
+        cells = []
+        for m, held in reach.items():
+            clean = {r["defence"]: _held(r) for r in per_method[m] if r["attack"] == "none"}
+            met = sorted({k for (_, k) in held})
+            counts = " · ".join(f"{sum(1 for k in met if held.get((d, k), 0) >= p)}/{len(met)}" for p in liars)
+            cost = "–" if d == "none" else ("level" if clean.get(d) else "not shown level")
+            cells.append(f"{cost} · {counts}")
+        out.append(f"| `{d}` | " + " | ".join(cells) + " |")
+    unstopped = {}
+    for m, held in reach.items():
+        stopped = {k for (d, k) in held if held[(d, k)] >= max(liars)}
+        unstopped[m] = ", ".join(f"`{k}`" for k in kinds if k in {k for (_, k) in held} and k not in stopped) or "–"
+    out += ["", f"Nothing here is shown to stop at {max(liars)} %: "
+            + "; ".join(f"on {m}, {text}" for m, text in unstopped.items()) + ".",
+            "", "Attack by attack: [bench/results/threat-tables.md](bench/results/threat-tables.md). Not in these "
+            "matrices: SAFL ([docs/results.md](docs/results.md)). A Sybil's forged copies are refused with "
+            "signatures on, over simulated contacts and between real peers "
+            "([docs/explanation/defences.md](docs/explanation/defences.md)).", "", END]
     return "\n".join(out)
 
 
@@ -120,16 +196,19 @@ def readme_with(text: str, table: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when the README differs")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs")
     args = parser.parse_args(argv)
+    rows = read_studies()
     text = README.read_text()
-    new = readme_with(text, section(read_holds(TESTS)))
+    wanted = {README: readme_with(text, section(rows)), TABLES: tables_page(rows)}
     if args.check:
-        if new != text:
-            print("README.md's threat table is stale: run python bench/threat_table.py", file=sys.stderr)
+        stale = [p.name for p, new in wanted.items() if not p.is_file() or p.read_text() != new]
+        if stale:
+            print(f"stale: {', '.join(stale)}: run python bench/threat_table.py", file=sys.stderr)
             return 1
         return 0
-    README.write_text(new)
+    for path, new in wanted.items():
+        path.write_text(new)
     return 0
 
 

@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STUDIES = ROOT / "studies"
 FEDPEWS = STUDIES / "fedpews-convergence.yaml"
 FEDPEWS_RESULTS = ROOT / "bench" / "results" / "fedpews-convergence"
-DESIGNS = sorted(p for p in STUDIES.glob("*.yaml") if p.name != "claims.yaml")
+# the designs with arms; a matrix design's results page comes from bench/adversaries_tests.py
+# (tests/test_threat_table.py checks it)
+DESIGNS = sorted(p for p in STUDIES.glob("*.yaml")
+                 if p.name != "claims.yaml" and yaml.safe_load(p.read_text()).get("design") != "matrix")
 RUNS_COMMIT = (FEDPEWS_RESULTS / "COMMIT").read_text().strip()
 # the page checks that the design was committed before the runs: it reads the runs' commit from git
 IN_HISTORY = subprocess.run(["git", "cat-file", "-e", f"{RUNS_COMMIT}^{{commit}}"], cwd=ROOT,
