@@ -4,6 +4,7 @@ says holds is what the runtime gives when run again."""
 
 from __future__ import annotations
 
+import functools
 import numpy as np
 import pytest
 from scipy import stats
@@ -46,12 +47,17 @@ def test_a_defence_holds_up_to_a_fraction_only_when_every_smaller_one_holds():
     assert threat.above(rows) == {("median", "alie"): [], ("clip", "alie"): [10]}
 
 
-def _stored_cell(study: str, method: str, defence: str, attack: str, seed: int):
-    """The committed cell of ``study`` with that method, defence, attack ('alie 10 %') and seed."""
+@functools.cache
+def _cells(study: str) -> list:
     from p2pfed.sweeps.archive import stored_cells
 
+    return list(stored_cells(ROOT / "bench" / "results" / study).values())
+
+
+def _stored_cell(study: str, method: str, defence: str, attack: str, seed: int):
+    """The committed cell of ``study`` with that method, defence, attack ('alie 10 %') and seed."""
     kind, percent, _ = attack.rsplit(" ", 2)
-    for cell in stored_cells(ROOT / "bench" / "results" / study).values():
+    for cell in _cells(study):
         config = cell.summary["config"]
         (entry,) = config["adversaries"] or [{"kind": None, "fraction": None}]
         if (config["algorithm"]["name"], config["algorithm"]["robust"], config["seed"]) == (method, defence, seed) \
