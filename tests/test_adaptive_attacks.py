@@ -75,9 +75,10 @@ def test_subnetwork_rows_are_compared_unit_by_unit_and_missing_ones_left_out():
         return {"w": tensors["at"].astype(np.int64)} if "at" in tensors else None
     own = {"w": np.array([[1.0, 1.0], [3.0, 3.0]]), "at": np.array([0, 2])}
     theirs = {"w": np.array([[5.0, 7.0], [9.0, 9.0]]), "at": np.array([2, 3])}
-    row = aligned(theirs, own, ["w"], units)
+    row = aligned(theirs, own, ["w"], units(own), units)
     assert row is not None and np.isnan(row[:2]).all() and np.array_equal(row[2:], [5.0, 7.0])
-    assert aligned({"w": theirs["w"], "at": np.array([4, 5])}, own, ["w"], units) is None   # nothing in common
+    elsewhere = {"w": theirs["w"], "at": np.array([4, 5])}
+    assert aligned(elsewhere, own, ["w"], units(own), units) is None   # nothing in common
     honest = np.vstack([own["w"].ravel(), row])
     assert np.allclose(spread(honest), [0.0, 0.0, np.sqrt(2.0), np.sqrt(8.0)])
     sent = neighbourhood_poisoned("alie", "subnetworks", own, [_received(1, theirs)], z=1.0, row_units=units)
@@ -90,11 +91,7 @@ def test_on_fedsub_each_adaptive_attack_reaches_the_honest_devices():
     are computed from its neighbours' rows of the same units, so the honest devices end elsewhere
     than with liars that send their honest share."""
     def honest(kind: str) -> float:
-        sets = ["algorithm.name=fedsub", "rounds=6", "algorithm.robust=median", "seed=1",
-                f"adversaries=[{{kind: {kind}, fraction: 0.2}}]"]
-        summary = run_scenario(load_scenario(SCENARIO, sets), progress=False)
-        assert summary is not None
-        return summary["adversaries"]["honest_f1_mean"]
+        return _honest_f1(f"[{{kind: {kind}, fraction: 0.2}}]", FEDSUB_MEDIAN)
     honest_liars = honest(f"{Path(__file__).resolve()}:Honest")
     for kind in KINDS:
         assert honest(kind) != honest_liars, kind
@@ -186,9 +183,13 @@ def test_each_adaptive_attack_moves_honest_models_more_than_noise_of_the_same_no
         assert aimed > 1.3 * noise, (kind, aimed, noise)
 
 
-def _honest_f1(adversaries: str) -> float:
-    sets = ["algorithm.name=gossip-avg", "rounds=8", "algorithm.robust=multi-krum", "algorithm.byzantine=3",
-            f"adversaries={adversaries}"]
+GOSSIP_MULTI_KRUM = ("algorithm.name=gossip-avg", "rounds=8", "algorithm.robust=multi-krum", "algorithm.byzantine=3")
+FEDSUB_MEDIAN = ("algorithm.name=fedsub", "rounds=6", "algorithm.robust=median", "seed=1")
+
+
+def _honest_f1(adversaries: str, settings: tuple[str, ...] = GOSSIP_MULTI_KRUM) -> float:
+    """The honest devices' final F1 of a real run of ``SCENARIO`` with ``settings`` and ``adversaries``."""
+    sets = [*settings, f"adversaries={adversaries}"]
     summary = run_scenario(load_scenario(SCENARIO, sets), progress=False)
     assert summary is not None
     return summary["adversaries"]["honest_f1_mean"]

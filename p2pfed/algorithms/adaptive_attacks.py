@@ -174,13 +174,14 @@ RowUnits = Callable[[dict[str, np.ndarray]], "dict[str, np.ndarray] | None"]
 
 
 def aligned(theirs: dict[str, np.ndarray], tensors: dict[str, np.ndarray], names: list[str],
-            row_units: RowUnits | None) -> np.ndarray | None:
+            mine: dict[str, np.ndarray] | None, row_units: RowUnits | None) -> np.ndarray | None:
     """A neighbour's arrays as one vector over the own ``names``: as they are when both send whole
     arrays of the same shapes; unit by unit (NaN where it sends no row of that unit) when
-    ``row_units`` gives each share's rows' units; None when it holds none of the own values."""
+    ``row_units`` gives each share's rows' units (``mine``: the own share's); None when it holds
+    none of the own values."""
     if not all(n in theirs for n in names):
         return None
-    mine, their_units = (row_units(tensors), row_units(theirs)) if row_units is not None else (None, None)
+    their_units = row_units(theirs) if mine is not None and row_units is not None else None
     if mine is None or their_units is None:
         return flat(theirs, names) if all(theirs[n].shape == tensors[n].shape for n in names) else None
     pieces, common_values = [], 0
@@ -208,9 +209,10 @@ def neighbourhood_poisoned(kind: str, part: str, tensors: dict[str, np.ndarray],
     if not names:
         return tensors
     rows = [flat(tensors, names)]
+    mine = row_units(tensors) if row_units is not None else None
     for item in cached:
         if item.payload.meta.get("part", "whole") in (part, "whole"):   # "whole": a message of every part
-            row = aligned(item.payload.tensors, tensors, names, row_units)
+            row = aligned(item.payload.tensors, tensors, names, mine, row_units)
             if row is not None:
                 rows.append(row)
     vector = malicious_vector(kind, np.vstack(rows), z=z, epsilon=epsilon, deviation=deviation,

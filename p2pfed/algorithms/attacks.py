@@ -56,7 +56,7 @@ from p2pfed.algorithms.adaptive_attacks import ADAPTIVE_KINDS, neighbourhood_poi
 from p2pfed.algorithms.attacker import Attacker
 from p2pfed.algorithms.base import Algorithm, Payload, Received, TrainingWork
 from p2pfed.algorithms.payloads import RELAY_KEY
-from p2pfed.learning.units import unit_layers
+from p2pfed.learning.units import UnitLayer, unit_layers
 
 KINDS = ("label-flip", "sign-flip", "scale", "noise", "prototype-shift", "subnetwork-poison", "free-ride", "sybil",
          *ADAPTIVE_KINDS)
@@ -229,6 +229,16 @@ def shifted_prototypes(payload: Payload, tensors: dict[str, np.ndarray], attack:
     return {**tensors, PROTOTYPES: moved.astype(tensors[PROTOTYPES].dtype)}
 
 
+def unit_bits(packed: np.ndarray, model: nn.Module) -> tuple[np.ndarray, list[tuple[UnitLayer, int, int]]]:
+    """A subnetwork share's unit bits (a row per class, a column per unit of every layer) and each
+    layer with the span of its units' columns."""
+    layers = unit_layers(model)
+    sizes = [layer.size for layer in layers]
+    ends = np.cumsum(sizes)
+    spans = [(layer, int(end - size), int(end)) for layer, size, end in zip(layers, sizes, ends)]
+    return np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool), spans
+
+
 def subnetwork_row_units(tensors: dict[str, np.ndarray], model: nn.Module) -> dict[str, np.ndarray] | None:
     """Per parameter of a subnetwork share (FedSub's: the rows of the union of its class
     subnetworks, marked in ``units``), the unit each row it sends belongs to; None for a share of
@@ -236,16 +246,11 @@ def subnetwork_row_units(tensors: dict[str, np.ndarray], model: nn.Module) -> di
     packed = tensors.get("units")
     if packed is None or packed.ndim != 2:
         return None
-    layers = unit_layers(model)
-    sizes = [layer.size for layer in layers]
-    if packed.shape[1] != -(-sum(sizes) // 8):
+    bits, spans = unit_bits(packed, model)
+    if packed.shape[1] != -(-spans[-1][2] // 8):   # not this model's units
         return None
-    union = np.asarray(np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool).any(axis=0))
-    out: dict[str, np.ndarray] = {}
-    for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
-        for name in layer.params:
-            out[name] = np.flatnonzero(union[a:b])
-    return out
+    union = np.asarray(bits.any(axis=0))
+    return {name: np.flatnonzero(union[a:b]) for layer, a, b in spans for name in layer.params}
 
 
 def class_poisoned(payload: Payload, tensors: dict[str, np.ndarray], attack: Attack,
@@ -254,15 +259,13 @@ def class_poisoned(payload: Payload, tensors: dict[str, np.ndarray], attack: Att
     classes = payload.meta.get("classes", [])
     if "units" not in tensors or attack.target_class not in classes:
         return tensors
-    layers = unit_layers(model)
-    sizes = [layer.size for layer in layers]
-    bits = np.unpackbits(tensors["units"], axis=1, count=sum(sizes)).astype(bool)
+    bits, spans = unit_bits(tensors["units"], model)
     mine = bits[classes.index(attack.target_class)]
     others = np.asarray(np.delete(bits, classes.index(attack.target_class), axis=0).any(axis=0))
     poisoned = np.asarray(mine & ~others if (mine & ~others).any() else mine)
     union = np.asarray(bits.any(axis=0))
     out = dict(tensors)
-    for layer, a, b in zip(layers, np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
+    for layer, a, b in spans:
         rows = poisoned[a:b][union[a:b]]   # among the rows sent, in their order
         for name in layer.params:
             array = out[name].copy()
