@@ -121,6 +121,7 @@ def test_hypotheses_map_to_arms_claims_and_variance(path: Path) -> None:
         assert path.stem in str(claims[h["claim"]].get("decided_by", {}).get("study")), h["id"]
         if h["kind"] == "descriptive":
             assert h.get("in_family") is False and all(a in design["arms"] for a in h["arms"])
+            assert h.get("ratio_to", h["arms"][0]) in h["arms"], f"{h['id']}: ratio_to is not one of its arms"
             continue
         assert h["scenario"] in design["scenarios"], h["id"]
         for side in ("a", "b"):
