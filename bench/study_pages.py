@@ -79,7 +79,7 @@ def _declarations(design: dict[str, Any]) -> list[str]:
         value = design[key]
         items = value.items() if isinstance(value, dict) else [("", value)]
         for name, item in items:
-            if isinstance(item, list) and all(isinstance(q, str) for q in item):
+            if isinstance(item, list) and not any(isinstance(q, dict) for q in item):
                 out.append(f"- {name}: " + ", ".join(f"`{q}`" for q in item))
             elif isinstance(item, list):
                 out += [f"- {name}: \"{_cell(q['quote'])}\" ({q['where']})" for q in item]

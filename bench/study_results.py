@@ -11,7 +11,15 @@ where the runs depart from the design.
   design's target (``target.f1``, or ``targets[<scenario>]``); a run that never does counts as
   the number the design declares ("counts as N"). ``mean_f1_over_evaluations`` is the mean of
   ``f1_macro_mean`` over every evaluated round. Any other metric is the run's final value
-  (``summary.json``: ``final``, then ``comm``, then ``evaluation``).
+  (``summary.json``: ``final``, then ``comm``, then ``evaluation``, then the method's own
+  ``algorithm_stats``). ``best_round`` is an arm's, not a run's: the evaluated round where the
+  arm's mean ``f1_macro_mean`` over seeds is highest.
+- Descriptions: a ``descriptive`` hypothesis gives each of its arms' mean of its metric, and with
+  ``ratio_to`` each seed's ratio to that arm's value, averaged over seeds; ``best_configuration``'s
+  ``among`` names the arm with the highest mean primary metric; ``convergence`` with
+  ``last_rounds``, ``earlier_rounds`` and ``tolerance`` says whether each arm converged (every
+  seed's mean F1 over the last rounds within the tolerance of its mean over the earlier ones), and
+  ``plan_metric`` with ``plan_below`` whether each arm's mean of that metric is under the bound.
 - Tests: ``superiority``: the two-sided paired t test of a − b (``scipy.stats.ttest_rel``);
   ``equivalence``: TOST at ±margin (two one-sided paired t tests, the larger p); ``descriptive``
   hypotheses are described per arm, untested. An arm side written ``x - y`` is the per-seed
@@ -50,7 +58,7 @@ from p2pfed.sweeps.archive import StoredCell, stored_cells
 
 ROOT = study_power.ROOT
 CONFIDENCE = 0.95
-DERIVED = ("rounds_to_target", "mean_f1_over_evaluations")
+ARM_METRICS = ("best_round",)   # an arm's, over its seeds; not one run's
 BOOKKEEPING = ("status",)   # design keys that may change after the runs: not the declaration
 
 
@@ -243,7 +251,7 @@ def value(design: dict[str, Any], metric: str, run: Run) -> float:
         return float(reached[0]) if reached.size else never
     if metric == "mean_f1_over_evaluations":
         return float(_curve(run)[1].mean())
-    for part in ("final", "comm", "evaluation"):
+    for part in ("final", "comm", "evaluation", "algorithm_stats"):
         found = run.cell.summary.get(part, {}).get(metric)
         if isinstance(found, (int, float)):
             return float(found)
@@ -417,6 +425,8 @@ def _metrics(design: dict[str, Any]) -> list[str]:
 
 
 def _computable(study: Study, metric: str) -> bool:
+    if metric in ARM_METRICS:
+        return True
     run = next(iter(next(iter(study.runs.values())).values()))
     try:
         value(study.design, metric, run)
@@ -451,11 +461,11 @@ def arm_lines(study: Study, scenario: str) -> list[str]:
     for arm, spec in design["arms"].items():
         cells = []
         for metric in metrics:
+            if metric == "best_round":
+                cells.append(f"round {best_round(study.runs[arm, scenario])}")
+                continue
             x = np.asarray([value(design, metric, r) for r in study.runs[arm, scenario].values()])
-            low, high = (stats.t.interval(CONFIDENCE, x.size - 1, loc=x.mean(), scale=x.std(ddof=1) / math.sqrt(x.size))
-                         if x.std() > 0 else (x.mean(), x.mean()))
-            scale = float(abs(x.mean()))
-            cell = f"{_num(float(x.mean()), scale)} [{_num(float(low), scale)}, {_num(float(high), scale)}]"
+            cell = _shown(x)
             if metric == "rounds_to_target":
                 never = int(np.sum(x == target(design, scenario)[1]))
                 cell += f", {never} of {x.size} never" if never else ""
@@ -463,6 +473,102 @@ def arm_lines(study: Study, scenario: str) -> list[str]:
         out.append(f"| {arm} | `{spec['method']}` | " + " | ".join(cells) + " |")
     left = [m for m in _metrics(design) if m not in metrics]
     return out + (["", f"Declared but not computed by this script: {', '.join(left)}."] if left else [])
+
+
+def best_round(runs: dict[int, Run]) -> int:
+    """The evaluated round where the arm's mean ``f1_macro_mean`` over its seeds is highest (the
+    earliest on a tie)."""
+    curves = [_curve(r) for r in runs.values()]
+    rounds = curves[0][0]
+    if any(not np.array_equal(c[0], rounds) for c in curves):
+        raise ResultsError(f"{next(iter(runs.values())).where}: the arm's seeds were evaluated at different rounds")
+    mean = np.mean([c[1] for c in curves], axis=0)
+    return int(rounds[int(np.argmax(mean))])
+
+
+def _mean_ci(x: np.ndarray) -> tuple[float, float, float]:
+    if x.size < 2 or x.std() == 0:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    low, high = stats.t.interval(CONFIDENCE, x.size - 1, loc=x.mean(), scale=x.std(ddof=1) / math.sqrt(x.size))
+    return float(x.mean()), float(low), float(high)
+
+
+def _shown(x: np.ndarray) -> str:
+    mean, low, high = _mean_ci(x)
+    scale = abs(mean)
+    return f"{_num(mean, scale)} [{_num(low, scale)}, {_num(high, scale)}]"
+
+
+def described_lines(study: Study, scenario: str) -> list[str]:
+    """Each descriptive hypothesis: its arms' mean [95 % interval] over seeds, and with
+    ``ratio_to`` the mean of each seed's ratio to that arm."""
+    design, seeds = study.design, range(1, int(study.design["power"]["n"]) + 1)
+    out: list[str] = []
+    for h in (h for h in design["hypotheses"] if h["kind"] == "descriptive"):
+        ref = h.get("ratio_to")
+        out += ["", f"{h['id']} ({h['claim']}): `{h['metric']}`, described, not tested.", "",
+                "| arm | mean [95 % CI] |" + (f" per-seed ratio to {ref} [95 % CI] |" if ref else ""),
+                "|---|---|" + ("---|" if ref else "")]
+        per_arm = {a: np.asarray([value(design, h["metric"], study.runs[a, scenario][s]) for s in seeds])
+                   for a in h["arms"]}
+        for arm, x in per_arm.items():
+            out.append(f"| {arm} | {_shown(x)} |" + (f" {_shown(x / per_arm[ref])} |" if ref else ""))
+    return out
+
+
+def best_lines(study: Study, scenario: str) -> list[str]:
+    """The declared best configuration: the arm among ``among`` with the highest mean primary metric."""
+    best = study.design.get("best_configuration")
+    if not isinstance(best, dict) or "among" not in best:
+        return []
+    metric = _metrics(study.design)[0]
+    means = {a: float(np.mean([value(study.design, metric, r) for r in study.runs[a, scenario].values()]))
+             for a in best["among"]}
+    top = max(means, key=lambda a: means[a])
+    ranked = ", ".join(f"{a} {_num(m)}" for a, m in sorted(means.items(), key=lambda kv: -kv[1]))
+    return ["", f"Best configuration (declared rule, described, not tested): **{top}**, by mean {metric} "
+            f"({ranked})."]
+
+
+def convergence_lines(study: Study, scenario: str) -> list[str]:
+    """Whether each arm converged under the declared rule, and its plan under its bound."""
+    rule = study.design.get("convergence")
+    if not isinstance(rule, dict) or "tolerance" not in rule:
+        return []
+    (l0, l1), (e0, e1), tol = rule["last_rounds"], rule["earlier_rounds"], float(rule["tolerance"])
+    out = ["", f"Convergence (declared rule: every seed's mean F1 over rounds {l0}–{l1} within {tol} of its "
+               f"mean over rounds {e0}–{e1}):", ""]
+    for arm in study.design["arms"]:
+        moves = np.asarray([_window_mean(r, l0, l1) - _window_mean(r, e0, e1)
+                            for r in study.runs[arm, scenario].values()])
+        moved = int(np.sum(np.abs(moves) >= tol))
+        verdict = ("converged" if moved == 0 else
+                   f"**not converged**: {moved} of {moves.size} seeds moved by {tol} or more")
+        line = f"- {arm}: {verdict} (largest change {_num(float(moves[np.argmax(np.abs(moves))]))})"
+        plan = rule.get("plan_metric")
+        if plan is not None and _computable_for(study, plan, arm, scenario):
+            x = np.asarray([value(study.design, plan, r) for r in study.runs[arm, scenario].values()])
+            under = float(x.mean()) < float(rule["plan_below"])
+            line += (f"; mean {plan} {_num(float(x.mean()))}, "
+                     + ("under" if under else "**not under**") + f" {rule['plan_below']}")
+        out.append(line)
+    return out
+
+
+def _window_mean(run: Run, first: int, last: int) -> float:
+    rounds, f1 = _curve(run)
+    inside = (rounds >= first) & (rounds <= last)
+    if not inside.any():
+        raise ResultsError(f"{run.where}: no evaluation between rounds {first} and {last}")
+    return float(f1[inside].mean())
+
+
+def _computable_for(study: Study, metric: str, arm: str, scenario: str) -> bool:
+    try:
+        value(study.design, metric, next(iter(study.runs[arm, scenario].values())))
+    except ResultsError:
+        return False
+    return True
 
 
 def page(study: Study) -> str:
@@ -492,6 +598,7 @@ def page(study: Study) -> str:
                 f"Mean over the {design['power']['n']} seeds [95 % t interval]. Tested above: "
                 f"{', '.join(sorted(tested_metrics))}; described, not tested: {', '.join(described) or 'none'}.", ""]
         out += arm_lines(study, scenario)
+        out += described_lines(study, scenario) + best_lines(study, scenario) + convergence_lines(study, scenario)
     out += ["", "## Departures from the design", ""]
     out += [f"- {d}" for d in study.departures] or ["None: every run has the declared settings, scenario, rounds and "
                                                    "evaluations, seeds 1 to n, from one commit at which the design "

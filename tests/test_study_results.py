@@ -205,3 +205,58 @@ def test_tost_rejects_only_inside_the_margin(results: Any, monkeypatch: pytest.M
         monkeypatch.setattr(results, "side", lambda study, text, scenario, metric, v=values: v[text])
         row = results.test(None, h)
         assert (row.p < 0.05) is expected, (shift, row.p)
+
+
+class _Cell:
+    """A stored run as the analysis reads it: its summary and its rounds.csv rows."""
+
+    def __init__(self, summary: dict[str, Any], curve: list[tuple[int, float]]) -> None:
+        self.summary, self.curve, self.folder = summary, curve, None
+
+    def rows(self, name: str) -> list[dict[str, str]]:
+        assert name == "rounds.csv"
+        return [{"round": str(r), "f1_macro_mean": str(f)} for r, f in self.curve]
+
+
+def _study(results: Any, design: dict[str, Any], arms: dict[str, list[_Cell]]) -> Any:
+    runs = {(arm, "s"): {seed: results.Run(arm, "s", seed, cell, f"{arm}/{seed}", Path("."))
+                         for seed, cell in enumerate(cells, start=1)} for arm, cells in arms.items()}
+    return results.Study(Path("studies/x.yaml"), design, Path("."), "0" * 40, runs)
+
+
+def _design_with(n: int, **extra: Any) -> dict[str, Any]:
+    return {"study": "x", "power": {"n": n}, "metrics": {"primary": "f1_macro_mean at the end"},
+            "arms": {"a": {"method": "m"}, "b": {"method": "m"}}, "hypotheses": [], **extra}
+
+
+def test_descriptions_ratios_best_arm_and_convergence(results: Any) -> None:
+    """Described metrics with per-seed ratios, the best arm of a declared set, the best round, and
+    the convergence rule, each on runs whose answers are known."""
+    rng = np.random.default_rng(1)
+    bytes_a, bytes_b = rng.uniform(2e6, 3e6, 5), rng.uniform(1e6, 1.2e6, 5)
+    rounds = list(range(10, 110, 10))
+    flat = [(r, 0.8) for r in rounds]
+    rising = [(r, 0.5 + r / 400) for r in rounds]
+    arms = {"a": [_Cell({"final": {"f1_macro_mean": 0.8}, "comm": {"bytes_per_message": float(x)},
+                         "algorithm_stats": {"plan_marginal_error": 0.01}}, flat) for x in bytes_a],
+            "b": [_Cell({"final": {"f1_macro_mean": 0.75}, "comm": {"bytes_per_message": float(x)},
+                         "algorithm_stats": {"plan_marginal_error": 0.2}}, rising) for x in bytes_b]}
+    design = _design_with(
+        5, hypotheses=[{"id": "bytes", "claim": "c", "kind": "descriptive", "in_family": False,
+                        "metric": "bytes_per_message", "arms": ["a", "b"], "ratio_to": "b"}],
+        best_configuration={"rule": "highest mean", "among": ["a", "b"]},
+        convergence={"last_rounds": [60, 100], "earlier_rounds": [10, 50], "tolerance": 0.005,
+                     "plan_metric": "plan_marginal_error", "plan_below": 0.05})
+    study = _study(results, design, arms)
+    described = "\n".join(results.described_lines(study, "s"))
+    ratio = bytes_a / bytes_b
+    low, high = stats.t.interval(0.95, 4, loc=ratio.mean(), scale=ratio.std(ddof=1) / np.sqrt(5))
+    assert "| a | " in described and f"{ratio.mean():.2f} [{low:.2f}, {high:.2f}]" in described
+    assert "| b | " in described and "1.00 [1.00, 1.00]" in described
+    assert "**a**" in "\n".join(results.best_lines(study, "s"))
+    assert results.best_round(study.runs["b", "s"]) == 100 and results.best_round(study.runs["a", "s"]) == 10
+    convergence = results.convergence_lines(study, "s")
+    line_a, line_b = (next(x for x in convergence if x.startswith(f"- {arm}:")) for arm in "ab")
+    assert "- a: converged" in line_a and "under 0.05" in line_a and "not under" not in line_a
+    assert "not converged**: 5 of 5 seeds" in line_b and "**not under** 0.05" in line_b
+    assert results.value(design, "plan_marginal_error", study.runs["b", "s"][1]) == 0.2
