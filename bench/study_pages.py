@@ -33,6 +33,9 @@ def claims() -> dict[str, Any]:
 def _runs(design: dict[str, Any]) -> str:
     """Whether the study's results folder holds its runs yet, with a link to its results page."""
     page = study_results.page_path(design)
+    if design.get("status") == "running" and page.is_file():
+        where = page.parent.relative_to(study_power.ROOT)
+        return f"running, across sessions: progress in [`{where}`](../{where}/README.md)"
     if study_results.has_results(design) and page.is_file():
         where = page.parent.relative_to(study_power.ROOT)
         return f"run: results in [`{where}`](../{where}/README.md)"

@@ -53,9 +53,11 @@ def test_a_run_study_has_its_generated_results_page(results: Any, path: Path) ->
     a design with a results folder from one commit is marked run."""
     design = _design(path)
     if not results.has_results(design):
-        assert design["status"] != "run", f"{path.name}: status run, but no results folder with a COMMIT"
+        assert design["status"] not in ("run", "running"), \
+            f"{path.name}: status {design['status']}, but no results folder with a COMMIT"
         return
-    assert design["status"] == "run", f"{path.name}: its results are in; its status says {design['status']}"
+    assert design["status"] in ("run", "running"), \
+        f"{path.name}: its results are in; its status says {design['status']}"
     commit = (results.results_folder(design) / "COMMIT").read_text().strip()
     if not results.in_history(commit):
         pytest.skip(f"the runs' commit {commit[:12]} is not in this checkout's git history")
@@ -260,3 +262,27 @@ def test_descriptions_ratios_best_arm_and_convergence(results: Any) -> None:
     assert "- a: converged" in line_a and "under 0.05" in line_a and "not under" not in line_a
     assert "not converged**: 5 of 5 seeds" in line_b and "**not under** 0.05" in line_b
     assert results.value(design, "plan_marginal_error", study.runs["b", "s"][1]) == 0.2
+
+
+def test_a_running_study_shows_its_progress_and_no_result(results: Any, tmp_path: Path) -> None:
+    """A study whose runs span sessions (status running) may lack seeds; its page says which runs
+    are in and how to continue, and shows none of their results."""
+    folder = _copy(tmp_path)
+    for summary_file in folder.glob("*/cells/local-*/summary.json"):
+        if json.loads(summary_file.read_text())["seed"] in (4, 7):
+            shutil.rmtree(summary_file.parent)
+    design = tmp_path / "fedpews-convergence.yaml"
+    design.write_text(FEDPEWS.read_text().replace("status: run", "status: running"))
+    assert results.main(["--results", str(folder), str(design)]) == 0
+    text = (folder / "README.md").read_text()
+    assert "**28 of 30 runs are in**" in text and f"commit `{RUNS_COMMIT}`" in text
+    assert "| digits | local | 1–3, 5, 6, 8–10 of 1–10 |" in text
+    assert "| digits | fedpews | 1–10 of 1–10 |" in text
+    assert "0." not in text and "verdict" not in text    # no F1, no p, no verdict before every run is in
+    design.write_text(FEDPEWS.read_text())                  # the same folder, read as a finished study: refused
+    assert results.main(["--results", str(folder), str(design)]) == 2
+
+
+def test_seed_spans(results: Any) -> None:
+    assert results._spans([]) == "none"
+    assert results._spans([1, 2, 3, 5, 6, 9, 10, 11, 12]) == "1–3, 5, 6, 9–12"
