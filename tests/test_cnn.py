@@ -46,6 +46,9 @@ def test_batch_norm_false_leaves_batch_norm_out_and_keeps_the_blocks_layout():
                                                           if not n.startswith(("body.1.", "body.5."))}
     assert without.unit_layer_params() == [("body.0.weight", "body.0.bias"), ("body.4.weight", "body.4.bias"),
                                            ("head.weight", "head.bias")]
+    assert with_bn.unit_layer_params() == [("body.0.weight", "body.0.bias", "body.1.weight", "body.1.bias"),
+                                           ("body.4.weight", "body.4.bias", "body.5.weight", "body.5.bias"),
+                                           ("head.weight", "head.bias")]
     assert without(torch.randn(3, 64)).shape == (3, 10) and not list(without.buffers())
     with pytest.raises(ValueError, match="model.options.batch_norm must be true or false, got 'no'"):
         make_cnn(64, 10, torch.Generator(), batch_norm="no")

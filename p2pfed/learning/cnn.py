@@ -81,9 +81,8 @@ class CNN(nn.Module):
     def unit_layer_params(self) -> list[tuple[str, ...]]:
         """A block's units are its channels: the rows of its filter, bias and batch norm's scale
         and shift (if it has one); the head's are its classes (``learning/units.py``)."""
-        params = dict(self.named_parameters())
-        return [*(tuple(n for n in (f"body.{at}.weight", f"body.{at}.bias", f"body.{at + 1}.weight",
-                                    f"body.{at + 1}.bias") if n in params)
+        return [*(tuple(f"body.{i}.{name}" for i in (at, at + 1) for name in ("weight", "bias")
+                        if isinstance(getattr(self.body[i], name, None), nn.Parameter))
                   for at, _ in self.block_at), ("head.weight", "head.bias")]
 
     def unit_activations(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -60,10 +60,9 @@ def unit_layers(model: nn.Module) -> list[UnitLayer]:
     """Every layer's units, in order (the last is the classifier, one unit per class)."""
     if not isinstance(model, UnitModel):
         raise TypeError(f"{type(model).__name__} has no units (it defines no unit_layer_params)")
-    params = dict(model.named_parameters())
     out = []
     for names in model.unit_layer_params():
-        shapes = [tuple(params[n].shape) for n in names]
+        shapes = [tuple(model.get_parameter(n).shape) for n in names]   # by path: no walk of every module
         if len({s[0] for s in shapes}) != 1:
             raise ValueError(f"parameters {names} do not share their first dimension (the units): {shapes}")
         out.append(UnitLayer(shapes[0][0], tuple(names), tuple(s[1:] for s in shapes)))
