@@ -393,7 +393,8 @@ class Page:
         return f"*{where}:* " + "; ".join(bits) + "."
 
     def claims(self) -> list[str]:
-        header = ["claim (paper, where)", "our setting", "our result", "reproduced?", "measured cause"]
+        header = ["claim (paper, where)", "our setting", "our result", "reproduced?",
+                  "cause (measured, or a hypothesis where marked)"]
         return table(header, [self.claim_row(c) for c in self.spec["claims"]])
 
     # ------------------------------------------------------------ result sets
