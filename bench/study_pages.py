@@ -191,15 +191,13 @@ def design_page(path: Path) -> str:
     return "\n".join(out)
 
 
-def _status(claim: dict[str, Any], decided: dict[str, dict[str, str]]) -> str:
+def _status(claim: dict[str, Any], decided: dict[str, str]) -> str:
     """A claim's status: its study's result where the study has run (``status: run``), else as declared."""
     if claim["status"] != "run":
         return _cell(claim["status"])
     study = claim["decided_by"]["study"]
-    if study not in decided:
-        decided[study] = study_results.statuses(STUDIES / f"{study}.yaml")
     folder = study_results.results_folder(study_power.load(STUDIES / f"{study}.yaml")).relative_to(study_power.ROOT)
-    return f"**{_cell(decided[study][claim['id']])}** ([results](../{folder}/README.md))"
+    return f"**{_cell(decided[claim['id']])}** ([results](../{folder}/README.md))"
 
 
 def claims_page() -> str:
@@ -207,11 +205,12 @@ def claims_page() -> str:
     out = ["# Claims table: every headline claim of the five seed papers", "",
            "Generated from `studies/claims.yaml` by `python bench/study_pages.py`. A claim whose study has run "
            "takes its status from that study's results, as `bench/study_results.py` tests them (the seed the "
-           "unit, Benjamini–Hochberg over the study's declared family); the others are declared before their "
-           "runs. Each quote is exactly as the paper's text gives it (\" … \" joins fragments where the text "
-           "extraction broke a symbol).", "",
+           f"unit); the table is one family: {_cell(table['family']['members'])}, adjusted together by "
+           f"Benjamini–Hochberg at q = {table['family']['q']} (each study's own page keeps its declared family). "
+           "The others are declared before their runs. Each quote is exactly as the paper's text gives it "
+           "(\" … \" joins fragments where the text extraction broke a symbol).", "",
            "| paper | where | claim | status | decided by |", "|---|---|---|---|---|"]
-    decided: dict[str, dict[str, str]] = {}
+    decided = study_results.statuses(table)
     for c in table["claims"]:
         by_study = c.get("decided_by")
         by = f"[{by_study['study']}]({by_study['study']}.md): {', '.join(by_study['hypotheses'])}" if by_study else "–"

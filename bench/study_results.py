@@ -46,7 +46,7 @@ import math
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -357,13 +357,33 @@ def claim_status(rows: list[Row], hypotheses: list[str]) -> str:
     return f"{head} ({detail})"
 
 
-def statuses(path: Path) -> dict[str, str]:
-    """claim id -> its status from the results, for every claim the study decides."""
-    study = read_study(path)
-    rows = tested(study)
-    claims = study_power.load(ROOT / "studies" / "claims.yaml")["claims"]
-    return {c["id"]: claim_status(rows, c["decided_by"]["hypotheses"]) for c in claims
-            if c.get("decided_by", {}).get("study") == study.design["study"]}
+def claims_family(rows_by_study: dict[str, list[Row]], claims: list[dict[str, Any]], q: float) -> dict[str, str]:
+    """Each decided claim's status with every hypothesis that decides a claim, across the studies
+    that ran, adjusted together (Benjamini–Hochberg at ``q``, each hypothesis once): the claims
+    table is one family. ``rows_by_study``: each study's tested rows (their own raw p)."""
+    deciding = {(c["decided_by"]["study"], h) for c in claims if c.get("decided_by", {}).get("study") in rows_by_study
+                for h in c["decided_by"]["hypotheses"]}
+    members = [(study, replace(r)) for study, rows in rows_by_study.items() for r in rows
+               if (study, r.hypothesis["id"]) in deciding]
+    adjusted = stats.false_discovery_control([r.p for _, r in members], method="bh") if members else []
+    for (_, row), p in zip(members, adjusted):
+        row.p_adjusted = float(p)
+        word(row, q)
+    out = {}
+    for c in claims:
+        study = c.get("decided_by", {}).get("study")
+        if study in rows_by_study:
+            mine = [r for s, r in members if s == study]
+            out[c["id"]] = claim_status(mine, c["decided_by"]["hypotheses"])
+    return out
+
+
+def statuses(table: dict[str, Any]) -> dict[str, str]:
+    """claim id -> its status, for every claim of ``table`` (``studies/claims.yaml``) whose study
+    has run, in the claims table's one family (``claims_family``, at the table's ``family.q``)."""
+    run = sorted({c["decided_by"]["study"] for c in table["claims"] if c["status"] == "run"})
+    rows = {study: tested(read_study(ROOT / "studies" / f"{study}.yaml")) for study in run}
+    return claims_family(rows, table["claims"], float(table["family"]["q"]))
 
 
 # --- departures ---------------------------------------------------------------------------------

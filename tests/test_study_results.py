@@ -286,3 +286,25 @@ def test_a_running_study_shows_its_progress_and_no_result(results: Any, tmp_path
 def test_seed_spans(results: Any) -> None:
     assert results._spans([]) == "none"
     assert results._spans([1, 2, 3, 5, 6, 9, 10, 11, 12]) == "1–3, 5, 6, 9–12"
+
+
+def test_the_claims_table_is_one_family_across_studies(results: Any) -> None:
+    """Every hypothesis that decides a claim, in every study that ran, is adjusted together (each
+    once); one that decides no claim stays out; a claim's status follows the joint adjustment."""
+    def row(hid: str, p: float) -> Any:
+        h = {"id": hid, "kind": "superiority", "a": "x", "b": "y", "delta": 0.02}
+        return results.Row(h, 10, 0.55, 0.5, 0.05, 0.03, 0.07, p)
+    rows = {"s1": [row("h1", 0.02), row("h2", 0.5), row("unused", 0.0001)], "s2": [row("h1", 0.04)]}
+    claims = [{"id": "c1", "decided_by": {"study": "s1", "hypotheses": ["h1"]}},
+              {"id": "c2", "decided_by": {"study": "s1", "hypotheses": ["h1", "h2"]}},
+              {"id": "c3", "decided_by": {"study": "s2", "hypotheses": ["h1"]}},
+              {"id": "c4", "decided_by": {"study": "s3", "hypotheses": ["h1"]}},   # its study has not run
+              {"id": "c5", "status": "not run: no data"}]
+    status = results.claims_family(rows, claims, 0.05)
+    assert set(status) == {"c1", "c2", "c3"}
+    joint = stats.false_discovery_control([0.02, 0.5, 0.04], method="bh")   # s1's h1, h2; s2's h1
+    assert f"adjusted p {joint[0]:.3g}" in status["c1"] and status["c1"].startswith("no difference")
+    assert f"adjusted p {joint[2]:.3g}" in status["c3"]
+    assert rows["s1"][0].p_adjusted != rows["s1"][0].p_adjusted      # the studies' own rows untouched (NaN)
+    alone = results.claims_family({"s1": [row("h1", 0.02)]}, claims[:1], 0.05)
+    assert alone["c1"].startswith("reproduced")                        # the same test alone is significant
