@@ -454,6 +454,12 @@ class Page:
             "",
             "## The papers' claims",
             "",
+            "The evidence so far, from the result sets below: each row's comparisons are adjusted within the "
+            "family its result set names, and several sets pooled seeds across commits. The claims table that "
+            "decides each headline claim is `studies/claims.md` in the repository: every claim quoted, each "
+            "decided by a study declared before its runs, run from one commit, and the whole table adjusted as "
+            "one family.",
+            "",
             *self.claims(),
             "",
             "## The result sets",
