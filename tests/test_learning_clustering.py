@@ -265,7 +265,7 @@ def mixed_problems(count: int, dim: int, seed: int) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("dim", [43, 512])
 @pytest.mark.parametrize("params", [{}, {"k_max": 6, "n_init": 2, "seed": 3},
-                                    {"min_cluster_size": 2, "n_init": 1},
+                                    {"min_cluster_size": 2, "n_init": 1}, {"k_rule": "half", "n_init": 1},
                                     # synthetic-rwp-1000's FedSub: K 2..8 spans three seeding trial counts
                                     {"k_max": 8, "n_init": 2, "min_cluster_size": 2, "k_rule": "min-size"}])
 def test_many_equals_one_problem_at_a_time_exactly(dim: int, params: dict) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from p2pfed.transport.signing import Signed
 
 T = TypeVar("T")
+_MISSING = object()   # ``remember``: no entry yet (None is a value a build may return)
 
 
 @dataclass
@@ -27,9 +28,10 @@ class Payload:
     def remember(self, key: Any, build: Callable[[], T]) -> T:
         """``memo[key]``, made by ``build()`` on first use; a build that raises (a bad array)
         leaves nothing behind, so the next receiver checks the message again."""
-        if key not in self.memo:
-            self.memo[key] = build()
-        return cast(T, self.memo[key])
+        found = self.memo.get(key, _MISSING)
+        if found is _MISSING:
+            found = self.memo[key] = build()
+        return cast(T, found)
 
 
 RELAY_KEY = "relay"   # meta key of a copy carried for another device: {"origin": id, "hops": n}

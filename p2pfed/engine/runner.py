@@ -21,6 +21,7 @@ from p2pfed.algorithms import Algorithm
 from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.device.exchange import Forwarding
 from p2pfed.engine.churn import churn_intervals
+from p2pfed.engine.collector import fewer_collections
 from p2pfed.network.contacts import ContactPlan
 from p2pfed.device.energy import EnergyMeter
 from p2pfed.engine.opportunistic import AsyncSchedule, OpportunisticSimulation
@@ -112,7 +113,14 @@ def write_results(done: Simulated, out_dir: Path, name: str) -> None:
 
 def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpointing | None = None,
              callbacks: Sequence[Callback] = ()) -> Simulated | None:
-    """``run_scenario`` without writing files (None: stopped early at a checkpoint)."""
+    """``run_scenario`` without writing files (None: stopped early at a checkpoint), with the
+    garbage collector's young generation enlarged (``collector``)."""
+    with fewer_collections():
+        return _simulate(loaded, progress=progress, checkpointing=checkpointing, callbacks=callbacks)
+
+
+def _simulate(loaded: RunSpec, *, progress: bool, checkpointing: Checkpointing | None,
+              callbacks: Sequence[Callback]) -> Simulated | None:
     sc = loaded.scenario
     if sc.engine.shards > 1:
         return simulate_sharded(loaded, progress=progress, checkpointing=checkpointing, callbacks=callbacks)

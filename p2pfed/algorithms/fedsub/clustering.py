@@ -194,12 +194,16 @@ class _Sweep:
         sizes = np.bincount(lab)
         if np.count_nonzero(sizes) < k:
             return
-        score = dbi()
+        self.offer_full(k, lab, int(sizes[sizes > 0].min()), dbi())
+
+    def offer_full(self, k: int, lab: np.ndarray, smallest: int, score: float) -> None:
+        """Consider K's labels, all K clusters non-empty: the smallest has ``smallest`` members,
+        the DBI is ``score`` (``offer`` with the sizes and the index known already)."""
         self.dbi_by_k[k] = score
         n = self.xs.shape[0]
         if self.best is None or score < self.best[0]:
             self.best = (score, k, lab)
-        if sizes[sizes > 0].min() >= self.min_size and (self.best_sized is None or score < self.best_sized[0]):
+        if smallest >= self.min_size and (self.best_sized is None or score < self.best_sized[0]):
             self.best_sized = (score, k, lab)
         if n > 3 and k <= n // 2 and (self.best_half is None or score < self.best_half[0]):
             self.best_half = (score, k, lab)
@@ -431,13 +435,15 @@ def _sweep_group(sweeps: list[_Sweep], k_min: int, seed: int, n_init: int) -> No
         labels, iterations = _kmeans_stack(part, k, seedings[k][rows], 100)
         n, d = part.x.shape[1:]
         per_pass = 2.0 * n * k * d * seedings[k].shape[1]   # one assignment pass of every restart
-        for j, r in enumerate(rows):
-            sweeps[r].flops += per_pass * (_trials(k) + int(iterations[j]) + 1)
-        nonempty = _counts(labels, k) > 0
-        full = np.flatnonzero(nonempty.all(axis=1))  # every cluster used: DBI is defined
-        scores = dict(zip(full.tolist(), _dbi_stack(part.x[full], labels[full], k).tolist()))
-        for j, r in enumerate(rows):
-            sweeps[r].offer(k, labels[j], cast("Callable[[], float]", lambda j=j: scores[j]))
+        trials = _trials(k)
+        for r, iters in zip(rows.tolist(), iterations.tolist()):
+            sweeps[r].flops += per_pass * (trials + iters + 1)
+        counts = _counts(labels, k)
+        full = np.flatnonzero((counts > 0).all(axis=1))  # every cluster used: DBI is defined
+        scores = _dbi_stack(part.x[full], labels[full], k).tolist()
+        smallest = counts[full].min(axis=1).tolist()     # the clusters are all non-empty
+        for j, score, least in zip(full.tolist(), scores, smallest):
+            sweeps[rows[j]].offer_full(k, labels[j], least, score)
 
 
 def _seedings(st: _Stack, ks: range, seed: int, runs: int) -> dict[int, np.ndarray]:

@@ -375,8 +375,10 @@ class FedSub(Algorithm[FedSubOptions]):
     def _parse_key(self) -> tuple[Any, ...]:
         """What a check of a message depends on besides the message (the model's shapes are
         fixed for a run)."""
+        # the layers as plain tuples: looked up once per delivery, and compared between devices'
+        # keys in C, without the dataclass's Python-level __eq__
         return ("fedsub/parse", self.ctx.num_classes, self.options.prototypes, self.prototype_dim,
-                tuple(self.layers))
+                tuple((layer.size, layer.params, layer.row_shapes) for layer in self.layers))
 
     def _parse_checked(self, payload: Payload) -> Artifacts:
         return parse_artifacts(payload, self.ctx.num_classes, self.prototype_dim, self.layers)

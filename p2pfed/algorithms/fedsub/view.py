@@ -47,21 +47,24 @@ class FusionView:
 
 def newest_artifacts(cache: Mapping[Any, Received], sender: int) -> Artifacts | None:
     """``sender``'s newest prototypes with its newest subnetworks, from whichever of its cached
-    messages (a whole share, or a part) holds them; None without prototypes."""
-    newest: dict[str, tuple[tuple[int, float], Artifacts]] = {}
+    messages (a whole share, or a part) holds them; None without prototypes. On equal (round,
+    sent_at) the first found wins, in the order whole share, prototype part, subnetwork part."""
+    protos: Artifacts | None = None
+    values: Artifacts | None = None
+    protos_at = values_at = None
     for key in (sender, (sender, "prototypes"), (sender, "subnetworks")):
         item = cache.get(key)
         if item is None:
             continue
         art: Artifacts = item.parsed
-        for part, present in (("prototypes", art.prototypes is not None), ("values", art.values is not None)):
-            old = newest.get(part)
-            if present and (old is None or (item.round, item.sent_at) > old[0]):
-                newest[part] = ((item.round, item.sent_at), art)
-    if "prototypes" not in newest:
+        at = (item.round, item.sent_at)
+        if art.prototypes is not None and (protos_at is None or at > protos_at):
+            protos, protos_at = art, at
+        if art.values is not None and (values_at is None or at > values_at):
+            values, values_at = art, at
+    if protos is None:
         return None
-    art, sub = newest["prototypes"][1], newest.get("values")
-    return art.with_subnetworks(sub[1] if sub else None)
+    return protos.with_subnetworks(values)
 
 
 def fusion_view(me: int, own: Artifacts, peers: dict[int, Artifacts], options: ViewOptions,
