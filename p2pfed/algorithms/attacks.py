@@ -106,6 +106,7 @@ def adversarial(cls: type[Algorithm], attack: Attack, seed: int) -> type[Algorit
     class Adversary(cls):  # type: ignore[valid-type, misc]
         __doc__ = f"{cls.__name__} under attack: {attack.kind}"
         adversary = attack
+        reads_fresh_only = False   # its attacks read the neighbours' newest shares when it shares
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)

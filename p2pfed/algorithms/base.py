@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from torch import nn
 from typing_extensions import TypeVar as DefaultTypeVar
 
-from p2pfed.algorithms.memory import MemoryFacts, MemoryTerm
+from p2pfed.algorithms.memory import DeviceFacts, MemoryFacts, MemoryTerm
 from p2pfed.algorithms.naming import default_name
 from p2pfed.algorithms.payloads import Payload as Payload, Received as Received   # re-exported for methods
 from p2pfed.algorithms.state import model_state, received_from_state, received_state
@@ -287,6 +287,12 @@ class Algorithm(ABC, Generic[OptionsT]):
     # The parts its shares may name (``meta['part']``; "whole" when unnamed): ``forwarding.parts``
     # may only name these.
     parts: ClassVar[tuple[str, ...]] = ("whole",)
+    # True for a method whose hooks read a peer's payload only while it is fresh (``fuse``'s
+    # ``fresh``), never an older one left in ``self.cache``: the runtime then empties each payload
+    # once fused (``Received.spent_copy``), so a device keeps no peer's arrays between rounds.
+    # A class that sets none is True only when every method class it derives from is, so a
+    # method that reads ``self.cache`` (and a subclass that does) sets it False.
+    reads_fresh_only: ClassVar[bool] = False
 
     def __init__(self, ctx: DeviceContext, options: OptionsT) -> None:
         self.ctx = ctx
@@ -299,6 +305,9 @@ class Algorithm(ABC, Generic[OptionsT]):
         super().__init_subclass__(**kwargs)
         if getattr(cls, "name", None) is None:   # neither set nor inherited (a wrapper keeps its method's)
             cls.name = default_name(cls.__name__)
+        if "reads_fresh_only" not in cls.__dict__:
+            cls.reads_fresh_only = all(b.reads_fresh_only for b in cls.__bases__
+                                       if isinstance(b, type) and issubclass(b, Algorithm))
         declared = _declared_options(cls)
         if declared is not None and "Options" not in cls.__dict__:
             cls.Options = declared
@@ -313,6 +322,15 @@ class Algorithm(ABC, Generic[OptionsT]):
         """Lower bounds on the memory of the structures only this method builds, checked before a
         run (``algorithms/memory.py``); the default builds none worth checking."""
         return []
+
+    @classmethod
+    def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
+        """Bytes one device of this method holds at a run's peak beyond its data and fixed
+        overhead (``engine/footprint.py``), for the estimate that refuses a run too large: its
+        model with training's transient copies, a copy of its own, and every neighbour's payload
+        twice (the newest cached, the next arriving). A method that keeps less (or more) says so,
+        so the estimate stays above what its runs measure without refusing runs that fit."""
+        return 4 * facts.model_bytes + 2 * facts.degree * facts.message_bytes
 
     @classmethod
     def requirements(cls, options: BaseOptions) -> list[Requirement]:
@@ -380,6 +398,9 @@ class Algorithm(ABC, Generic[OptionsT]):
         interned = ctx.shared.setdefault("checkpoint/payloads", weakref.WeakValueDictionary())
         for saved in state["cache"]:
             item = received_from_state(saved, interned)
+            if item.spent:   # fused and emptied: nothing to check
+                self.cache[_cache_key(item)] = item
+                continue
             self.receive(item)   # checked again: ``parsed`` is rebuilt
             item.fresh = saved["fresh"]
 
@@ -412,11 +433,18 @@ class Algorithm(ABC, Generic[OptionsT]):
         """A peer's payload past the intake's checks: ``check`` it (ArtifactError refuses it),
         then keep it if it is the newest from that peer (and part)."""
         item.parsed = self.check(item.payload)
-        part = item.payload.meta.get("part", "whole")
-        key: Hashable = item.sender if part == "whole" else (item.sender, part)
+        key = _cache_key(item)
         old = self.cache.get(key)
         if old is None or (item.round, item.sent_at) >= (old.round, old.sent_at):
             self.cache[key] = item
+
+    def forget_fused(self, fused: Sequence[Received]) -> None:
+        """After a fusion of a method that ``reads_fresh_only``: each of the ``fused`` payloads
+        still in the cache is replaced by its spent copy (its arrays freed with the message)."""
+        for item in fused:
+            key = _cache_key(item)
+            if self.cache.get(key) is item:
+                self.cache[key] = item.spent_copy()
 
     def has_new(self) -> bool:
         """Whether a payload arrived that no fusion has been given yet."""
@@ -442,6 +470,12 @@ def _declared_options(cls: type) -> type[Options] | None:
         if isinstance(declared, type) and issubclass(declared, Options):
             return declared
     return None
+
+
+def _cache_key(item: Received) -> Hashable:
+    """Where a payload is cached: under its sender, or (sender, part) for a share sent in parts."""
+    part = item.payload.meta.get("part", "whole")
+    return item.sender if part == "whole" else (item.sender, part)
 
 
 def _peer_order(key: Hashable) -> tuple[Any, ...]:

@@ -1,9 +1,11 @@
-"""What a method tells the pre-run memory check about its own structures.
+"""What a method tells the memory checks about its own structures.
 
-The check (``scenario/budget.py``) refuses a run that one structure alone could not fit, naming
-the scenario field to change. The structures every run has (models, data, contacts) it sizes
-itself; those only one method builds, the method sizes through ``Algorithm.memory_terms``, so
-the check never names a method.
+The pre-run check (``scenario/budget.py``) refuses a run that one structure alone could not fit,
+naming the scenario field to change. The structures every run has (models, data, contacts) it
+sizes itself; those only one method builds, the method sizes through ``Algorithm.memory_terms``,
+so the check never names a method. Likewise the footprint estimate (``engine/footprint.py``)
+asks the method what one device of its holds at a run's peak (``Algorithm.device_bytes``,
+from ``DeviceFacts``).
 """
 
 from __future__ import annotations
@@ -26,3 +28,12 @@ class MemoryTerm:
     field: str     # the scenario field the user would change
     nbytes: float
     what: str      # how the figure was reached, for the message
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What one device's memory depends on, known once the data are loaded and the model built."""
+
+    model_bytes: int      # one model's parameters
+    message_bytes: int    # one whole-model share, encoded
+    degree: float         # mean neighbours per device

@@ -50,6 +50,15 @@ class Received:
     hops: int = 1       # links travelled: 1 straight from ``sender``, more when carried by others
     parsed: Any = field(default=None, repr=False, compare=False)   # what the method's ``check`` returned
     signed: Signed | None = field(default=None, repr=False, compare=False)   # as its owner signed it (forwarded so)
+    spent: bool = False   # fused and emptied (``spent_copy``): only its record is left
 
     def age(self, now: float) -> float:
         return now - self.sent_at
+
+    def spent_copy(self) -> Received:
+        """This payload once fused, for a method that never reads it again: its record (sender,
+        round, times, hops, meta) without its arrays, what its method parsed from them or its
+        signed copy, so the newest-first rule and the TTL still see it but its arrays go with the
+        last holder of the message."""
+        return Received(self.sender, self.round, self.sent_at, self.received_at, Payload(self.payload.meta, {}),
+                        fresh=False, hops=self.hops, spent=True)

@@ -48,7 +48,8 @@ def received_state(item: Received) -> dict[str, Any]:
             "received_at": float(item.received_at), "fresh": bool(item.fresh), "hops": int(item.hops),
             "meta": json.dumps(item.payload.meta, allow_nan=False),
             "tensors": {k: array_state(v) for k, v in item.payload.tensors.items()},
-            "signed": None if item.signed is None else signed_state(item.signed, item.payload.tensors)}
+            "signed": None if item.signed is None else signed_state(item.signed, item.payload.tensors),
+            "spent": bool(item.spent)}
 
 
 def signed_state(signed: Signed, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -88,4 +89,5 @@ def received_from_state(state: dict[str, Any], interned: MutableMapping[tuple[An
             interned[key] = payload
     return Received(sender=state["sender"], round=state["round"], sent_at=state["sent_at"],
                     received_at=state["received_at"], payload=payload, fresh=state["fresh"],
-                    hops=state["hops"], signed=signed_from_state(state.get("signed"), payload.tensors))
+                    hops=state["hops"], signed=signed_from_state(state.get("signed"), payload.tensors),
+                    spent=bool(state.get("spent", False)))

@@ -199,7 +199,10 @@ def begin_fusion(algo: Algorithm, round: int, now: float) -> PendingFusion | Non
         raise TypeError(f"{type(algo).__name__}.fuse returned {type(work).__name__}; expected a "
                         "FusionJob, a Deferred, NOT_READY or None")
     kept = {id(r) for r in algo.cache.values()}   # the method may have dropped some (its own TTL)
-    return PendingFusion(work, [r for r in fresh if id(r) in kept])
+    used = [r for r in fresh if id(r) in kept]
+    if algo.reads_fresh_only:   # it never reads them again: their arrays need not stay
+        algo.forget_fused(used)
+    return PendingFusion(work, used)
 
 
 def merge_parts(parts: Sequence[Payload]) -> list[Payload]:
@@ -233,8 +236,9 @@ def act_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, tr
     A device's round touches only its own state, so this equals acting one device after the
     other (exactly with ``batched`` False; to float rounding otherwise)."""
     rounds = _per_device(rounds, len(loops))
-    pending = start_together(loops, rounds)
-    return finish_together(loops, rounds, pending, train=train, evaluate=evaluate, batched=batched)
+    # the fusions' inputs (and their jobs) are freed before the devices evaluate and train
+    fuse_together(loops, start_together(loops, rounds), batched=batched)
+    return after_fusion(loops, rounds, train=train, evaluate=evaluate, batched=batched)
 
 
 def start_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int]) -> list[PendingFusion | None]:
@@ -250,7 +254,14 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
     ``batched``, the arithmetic of every device's fusion runs in one go (``run_fusion_jobs``),
     the plain training jobs as one batched computation per architecture (``train_jobs``) and the
     evaluations together (``evaluate_together``); otherwise each one alone, in device order."""
-    rounds = _per_device(rounds, len(loops))
+    fuse_together(loops, pending, batched=batched)
+    return after_fusion(loops, rounds, train=train, evaluate=evaluate, batched=batched)
+
+
+def fuse_together(loops: Sequence[DeviceLoop], pending: Sequence[PendingFusion | None], *,
+                  batched: bool = True) -> None:
+    """The started fusions' arithmetic (``run_fusion_jobs`` when ``batched``, else each job
+    alone, in device order), then each device's fusion counted."""
     each: list[FusionJob | None] = [None if p is None else p.job() for p in pending]
     jobs = [job for job in each if job is not None]
     if batched:
@@ -262,6 +273,12 @@ def finish_together(loops: Sequence[DeviceLoop], rounds: int | Sequence[int],
         loop.finish_fusion(fusion)
         if loop.count_work:
             loop.fusion_flops = loop.work_flops = 0.0 if done is None else done.flops()
+
+
+def after_fusion(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, train: Sequence[bool],
+                 evaluate: bool, batched: bool = True) -> list[list[Outgoing]]:
+    """What follows the fusions in ``act_together``: the evaluations due, the training, the shares."""
+    rounds = _per_device(rounds, len(loops))
     if evaluate:
         _evaluate_where(loops, rounds, "after-fusion", batched)
     training: list[TrainingJob] = []

@@ -5,13 +5,14 @@ lower bound per field, before any data is read; this estimate runs once the data
 counts what a simulation really holds, overheads included, so a run that would swap or be killed
 part-way is refused too (and ``engine.device`` is resolved here).
 
-A simulation holds, per device, its data (float64 arrays and their float32 tensors), its model
-with gradients and optimiser state, and the messages in flight to it and cached until its next
-fusion (about one model each, per neighbour). The estimate adds those to a fixed cost per device
-(Python objects, torch modules, generators) and to the interpreter with its libraries. Checked
-against ``bench/scale.py``'s peak RSS (``bench/results/scale/``): the estimate was above every
-measured peak, 1.1x for FedSub at 1,000 devices up to 2.1x for gossip-avg at 10,000; it is left
-conservative on purpose (a refusal costs a flag, a run killed part-way costs the run).
+A simulation holds, per device, its data (float64 arrays and their float32 tensors) and what its
+method keeps: its model with training's transient copies, and the messages it shares and caches.
+The method says how much that is (``Algorithm.device_bytes``, so this module never names a
+method; the default counts every neighbour's message twice). The estimate adds those to a fixed
+cost per device (Python objects, torch modules, generators) and per neighbour (its cache entry,
+the per-peer records of a fusion), and to the interpreter with its libraries. It is meant to stay above ``bench/scale.py``'s measured peak RSS for every shipped
+method, without being so far above that it refuses runs that fit (a refusal costs a flag, a run
+killed part-way costs the run).
 A run whose estimate exceeds the memory available is refused with the estimate and the scenario
 fields that change it, instead of failing (or swapping) hours later.
 """
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from p2pfed.algorithms.base import Algorithm, Options
+from p2pfed.algorithms.memory import DeviceFacts
 from p2pfed.data.dataset import FederatedDataset
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.errors import ScenarioError
@@ -31,7 +34,7 @@ MIB = 2**20
 GIB = 2**30
 BASE_BYTES = 500 * MIB          # interpreter + torch + numpy + scikit-learn + simpy, imported
 DEVICE_OVERHEAD_BYTES = 160_000  # per device: modules, tensors' headers, generators, loops, intake
-MODEL_COPIES = 4                 # parameters, gradients, optimiser momentum, a method's own copy
+PEER_OVERHEAD_BYTES = 4_000     # per device and neighbour: its cache entry and per-peer fusion records
 CONTACT_DEGREE = 16              # peers assumed cached at once under contacts (no fixed graph)
 
 
@@ -47,11 +50,15 @@ class MemoryEstimate:
 
 
 def estimate_memory(devices: int, data_bytes: int, model_bytes: int, message_bytes: int,
-                    degree: float) -> MemoryEstimate:
+                    degree: float, method: type[Algorithm] = Algorithm,
+                    options: Options | None = None) -> MemoryEstimate:
     """``data_bytes``: all devices' arrays together; ``model_bytes``: one model's parameters;
-    ``message_bytes``: one encoded share; ``degree``: mean neighbours per device."""
-    per_device = (DEVICE_OVERHEAD_BYTES + 1.5 * data_bytes / max(devices, 1)
-                  + MODEL_COPIES * model_bytes + 2 * degree * message_bytes)
+    ``message_bytes``: one encoded share; ``degree``: mean neighbours per device; ``method`` (with
+    its ``options``) says what one device of its holds (``Algorithm.device_bytes``)."""
+    facts = DeviceFacts(model_bytes=model_bytes, message_bytes=message_bytes, degree=degree)
+    held = method.device_bytes(Options() if options is None else options, facts)
+    per_device = (DEVICE_OVERHEAD_BYTES + PEER_OVERHEAD_BYTES * degree + 1.5 * data_bytes / max(devices, 1)
+                  + held)
     return MemoryEstimate(devices, int(per_device), int(BASE_BYTES + devices * per_device))
 
 
@@ -118,7 +125,8 @@ def check_memory(loaded: RunSpec, dataset: FederatedDataset, graph: nx.Graph | N
     degree = expected_degree(loaded, n)
     if degree is None:
         degree = 2 * graph.number_of_edges() / max(n, 1) if graph is not None else float(n - 1)
-    estimate = estimate_memory(n, data_bytes, model_bytes, full_model_bytes(model), degree)
+    estimate = estimate_memory(n, data_bytes, model_bytes, full_model_bytes(model), degree,
+                               loaded.method, loaded.options)
     limit_field = "engine.max_memory_gib"
     limit = (int(sc.engine.max_memory_gib * GIB) if sc.engine.max_memory_gib is not None else available_bytes())
     if sc.engine.max_memory_gib is None:

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from typing_extensions import TypeVar
 
-from p2pfed.algorithms.base import Algorithm, FusionWork, Payload, Received
+from p2pfed.algorithms.base import Algorithm, BaseOptions, FusionWork, Payload, Received
+from p2pfed.algorithms.memory import DeviceFacts
 from p2pfed.algorithms.model_payload import (averaging_job, checked_tensors, model_payload, parameter_shapes,
                                              sample_count)
 from p2pfed.algorithms.registry import register
@@ -40,6 +41,17 @@ GossipOptionsT = TypeVar("GossipOptionsT", bound=GossipAvgOptions, default=Gossi
 class GossipAvg(Algorithm[GossipOptionsT]):
     name = "gossip-avg"
     message_kind = "gossip/model"
+    reads_fresh_only = True   # averages what arrived since its last fusion (a subclass reading the cache sets False)
+
+    @classmethod
+    def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
+        """Its model and training's two transient copies of it (stacked weights, gradients), and
+        one message: a broadcast is decoded once for all its receivers, and what a device fused
+        is freed before it trains, so its own share (or the one it fuses next) is all it adds; a
+        class that keeps payloads once fused (``reads_fresh_only`` False) holds every
+        neighbour's besides."""
+        kept = 0.0 if cls.reads_fresh_only else facts.degree * facts.message_bytes
+        return 3 * facts.model_bytes + facts.message_bytes + kept
 
     # -- what the methods built on gossip averaging change ----------------------------------
     def shared_names(self) -> list[str]:

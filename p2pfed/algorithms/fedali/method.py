@@ -83,6 +83,7 @@ class FedAliOptions(Options):
 class FedAli(Algorithm[FedAliOptions]):
     name = "fedali"
     message_kind = "fedali/model"
+    reads_fresh_only = True   # fuses the weights and prototypes that arrived since its last fusion
 
     def __init__(self, ctx: DeviceContext, options: FedAliOptions) -> None:
         super().__init__(ctx, options)

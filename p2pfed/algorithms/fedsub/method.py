@@ -58,7 +58,7 @@ from p2pfed.algorithms.base import (NOT_READY, Algorithm, ArtifactError, Deferre
 from p2pfed.algorithms.fedsub.artifacts import (PARTS, Artifacts, decode_subnetworks, encode_subnetworks,
                                                  parse_artifacts, reliability_scores)
 from p2pfed.algorithms.base import BaseOptions
-from p2pfed.algorithms.memory import MemoryFacts, MemoryTerm
+from p2pfed.algorithms.memory import DeviceFacts, MemoryFacts, MemoryTerm
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
@@ -228,6 +228,13 @@ class FedSub(Algorithm[FedSubOptions]):
         return [MemoryTerm("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64_BYTES,
                            f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
                            f"× {FLOAT64_BYTES} bytes")]
+
+    @classmethod
+    def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
+        """Its model, training's two transient copies of it and its own artifacts' dense copy;
+        per message held (its own share, the one its neighbours cached, the next arriving: each
+        decoded once for all its receivers) the encoded share and its dense copy."""
+        return 4 * facts.model_bytes + 3 * (facts.message_bytes + facts.model_bytes)
 
     @cached_property
     def prototype_dim(self) -> int:
