@@ -37,7 +37,7 @@ def test_every_snippet_on_the_method_page_runs_as_written(tmp_path):
         page = runpy.run_path(str(tmp_path / "method_page.py"), run_name="__main__")   # the contract's too
     methods = [v for v in page.values() if isinstance(v, type) and issubclass(v, Algorithm) and v is not Algorithm]
     assert {m.__name__ for m in methods} == {"MyMethod", "Proximal", "Average", "NormWeighted", "Tracked", "WarmedUp",
-                                                "Remembering"}
+                                                "Remembering", "Lean"}
     for method in methods:
         federation = Federation(make_algorithms(method, make_synthetic(num_devices=3, seed=0))).run(3, evaluate=True)
         assert federation.recorder.messages_dropped == 0, method.__name__

@@ -10,9 +10,9 @@ method keeps: its model with training's transient copies, and the messages it sh
 The method says how much that is (``Algorithm.device_bytes``, so this module never names a
 method; the default counts every neighbour's message twice). The estimate adds those to a fixed
 cost per device (Python objects, torch modules, generators) and per neighbour (its cache entry,
-the per-peer records of a fusion), and to the interpreter with its libraries. It is meant to stay above ``bench/scale.py``'s measured peak RSS for every shipped
-method, without being so far above that it refuses runs that fit (a refusal costs a flag, a run
-killed part-way costs the run).
+the per-peer records of a fusion), and to the interpreter with its libraries. It is meant to
+stay above ``bench/scale.py``'s measured peak RSS for every shipped method, without being so far
+above that it refuses runs that fit (a refusal costs a flag, a run killed part-way costs the run).
 A run whose estimate exceeds the memory available is refused with the estimate and the scenario
 fields that change it, instead of failing (or swapping) hours later.
 """

@@ -57,8 +57,7 @@ from p2pfed.algorithms.base import (NOT_READY, Algorithm, ArtifactError, Deferre
                                     Payload, Received, UnitOptions, require_units)
 from p2pfed.algorithms.fedsub.artifacts import (PARTS, Artifacts, decode_subnetworks, encode_subnetworks,
                                                  parse_artifacts, reliability_scores)
-from p2pfed.algorithms.base import BaseOptions
-from p2pfed.algorithms.memory import DeviceFacts, MemoryFacts, MemoryTerm
+from p2pfed.algorithms.fedsub.memory import FedSubMemory
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import array_from_state, array_state
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache
@@ -183,10 +182,6 @@ class FedSubOptions(UnitOptions, RobustOptions):
         return self
 
 
-KMEANS_MIN_K = 2      # the K sweep starts at 2 clusters (clustering.choose_k_by_dbi_many)
-FLOAT64_BYTES = 8
-
-
 @dataclass
 class ClassPrototypes:
     """A device's prototypes as last computed: clean (its own clustering) and as shared (noisy)."""
@@ -199,7 +194,7 @@ class ClassPrototypes:
 
 
 @register
-class FedSub(Algorithm[FedSubOptions]):
+class FedSub(FedSubMemory, Algorithm[FedSubOptions]):
     name = "fedsub"
     message_kind = "fedsub/artifacts"
     parts = PARTS
@@ -219,22 +214,6 @@ class FedSub(Algorithm[FedSubOptions]):
         self.protos: ClassPrototypes | None = None
         self.requests: dict[int, list[int]] = {}   # two-phase: peer -> classes to pull from it
         self.counts = FedSubCounts(self.layers)
-
-    @classmethod
-    def memory_terms(cls, options: BaseOptions, facts: MemoryFacts) -> list[MemoryTerm]:
-        """The K-means restarts of a K sweep run as one batch: at least ``KMEANS_MIN_K`` centres
-        of the prototypes' width (the model's last hidden width) each."""
-        restarts, dim = cast(FedSubOptions, options).kmeans_n_init, facts.hidden[-1]
-        return [MemoryTerm("algorithm.kmeans_n_init", restarts * KMEANS_MIN_K * dim * FLOAT64_BYTES,
-                           f"{restarts:.3g} K-means restarts × {KMEANS_MIN_K} centres × {dim} dimensions "
-                           f"× {FLOAT64_BYTES} bytes")]
-
-    @classmethod
-    def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
-        """Its model, training's two transient copies of it and its own artifacts' dense copy;
-        per message held (its own share, the one its neighbours cached, the next arriving: each
-        decoded once for all its receivers) the encoded share and its dense copy."""
-        return 4 * facts.model_bytes + 3 * (facts.message_bytes + facts.model_bytes)
 
     @cached_property
     def prototype_dim(self) -> int:
