@@ -11,6 +11,10 @@ from p2pfed.algorithms.memory import DeviceFacts, MemoryFacts, MemoryTerm
 
 KMEANS_MIN_K = 2      # the K sweep starts at 2 clusters (clustering.choose_k_by_dbi_many)
 FLOAT64_BYTES = 8
+# Per device, whatever the model's size: its clustering cache's share, its per-class records of
+# each peer's artifacts and their Python objects (calibrated on bench/scale.py's small-model runs,
+# where these, not the model, set the peak).
+CLUSTERING_BYTES = 200_000
 
 
 class _Restarts(Protocol):
@@ -33,5 +37,6 @@ class FedSubMemory:
     def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
         """Its model, training's two transient copies of it and its own artifacts' dense copy;
         per message held (its own share, the one its neighbours cached, the next arriving: each
-        decoded once for all its receivers) the encoded share and its dense copy."""
-        return 4 * facts.model_bytes + 3 * (facts.message_bytes + facts.model_bytes)
+        decoded once for all its receivers) the encoded share and its dense copy; and its
+        clustering and per-class records (``CLUSTERING_BYTES``)."""
+        return 4 * facts.model_bytes + 3 * (facts.message_bytes + facts.model_bytes) + CLUSTERING_BYTES
