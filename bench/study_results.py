@@ -653,9 +653,11 @@ def progress_page(study: Study) -> str:
            f"declared before the runs: [`{rel}`](../../../studies/{study.path.stem}.md).", "",
            f"**{done} of {len(study.runs) * n} runs are in**, all from commit `{study.commit}` (`COMMIT`). No result "
            "is read or shown until every declared run is in: the study is analysed once, as declared.", "",
-           "Continue it from a clean checkout of that commit (finished runs are kept, never re-run):", "",
-           f"    git checkout {study.commit}",
-           f"    python bench/study_sweeps.py --run {rel} --workers 2", "",
+           "Continue it from a clean checkout of that commit, with this folder copied into it (finished runs "
+           "are kept, never re-run):", "",
+           f"    git worktree add ../{design['study']}-runs {study.commit}",
+           f"    cp -r {_rel(study.folder)} ../{design['study']}-runs/{_rel(study.folder.parent)}/",
+           f"    cd ../{design['study']}-runs && python bench/study_sweeps.py --run {rel} --workers 2", "",
            "| scenario | arm | seeds in |", "|---|---|---|"]
     for (arm, scenario), seeds in study.runs.items():
         out.append(f"| {scenario} | {arm} | {_spans(sorted(seeds))} of 1–{n} |")
