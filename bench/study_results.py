@@ -459,12 +459,14 @@ def _metrics(design: dict[str, Any]) -> list[str]:
     return names + [m for m in design["metrics"].get("secondary", {}) if m not in names]
 
 
-def _computable(study: Study, metric: str) -> bool:
+def _computable(study: Study, metric: str, arm: str | None = None, scenario: str | None = None) -> bool:
+    """Whether the script computes ``metric`` for the runs: one arm's (with ``arm`` and
+    ``scenario``), else the first arm's."""
     if metric in ARM_METRICS:
         return True
-    run = next(iter(next(iter(study.runs.values())).values()))
+    runs = study.runs[arm, scenario] if arm is not None else next(iter(study.runs.values()))
     try:
-        value(study.design, metric, run)
+        value(study.design, metric, next(iter(runs.values())))
     except ResultsError:
         return False
     return True
@@ -581,7 +583,7 @@ def convergence_lines(study: Study, scenario: str) -> list[str]:
                    f"**not converged**: {moved} of {moves.size} seeds moved by {tol} or more")
         line = f"- {arm}: {verdict} (largest change {_num(float(moves[np.argmax(np.abs(moves))]))})"
         plan = rule.get("plan_metric")
-        if plan is not None and _computable_for(study, plan, arm, scenario):
+        if plan is not None and _computable(study, plan, arm, scenario):
             x = np.asarray([value(study.design, plan, r) for r in study.runs[arm, scenario].values()])
             under = float(x.mean()) < float(rule["plan_below"])
             line += (f"; mean {plan} {_num(float(x.mean()))}, "
@@ -596,14 +598,6 @@ def _window_mean(run: Run, first: int, last: int) -> float:
     if not inside.any():
         raise ResultsError(f"{run.where}: no evaluation between rounds {first} and {last}")
     return float(f1[inside].mean())
-
-
-def _computable_for(study: Study, metric: str, arm: str, scenario: str) -> bool:
-    try:
-        value(study.design, metric, next(iter(study.runs[arm, scenario].values())))
-    except ResultsError:
-        return False
-    return True
 
 
 def page(study: Study) -> str:
