@@ -31,6 +31,22 @@ def test_evaluating_many_models_at_once_equals_one_at_a_time():
     assert math.isnan(together[1].f1_macro) and together[2].accuracy in (0.0, 1.0)
 
 
+def test_scoring_in_chunks_gives_what_one_group_gives():
+    """Thousands of devices are scored ``GROUP_LIMIT`` at a time: any split gives the same
+    predictions, so the same F1 and accuracy; the loss's per-device sum to float rounding."""
+    data = torch.Generator().manual_seed(1)
+    sizes = [17, 0, 1, 40, 23, 40, 5, 12]
+    models = [build_model(6, 4, [8, 5], seed=i) for i in range(len(sizes))]
+    xs = [torch.randn(n, 6, generator=data) for n in sizes]
+    ys = [torch.randint(0, 4, (n,), generator=data) for n in sizes]
+    whole, split = evaluate_many(models, xs, ys), evaluate_many(models, xs, ys, limit=3)
+    for a, b in zip(whole, split, strict=True):
+        for field in ("f1_macro", "accuracy", "f1_present"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (math.isnan(x) and math.isnan(y)) or x == y, field
+        assert (math.isnan(a.loss) and math.isnan(b.loss)) or a.loss == pytest.approx(b.loss, rel=1e-6)
+
+
 def test_plain_mlps_are_scored_together_without_switching_their_modes(monkeypatch):
     """Their grouped forward runs no module, so the per-module mode switch (a walk over every
     model's modules, twice) is skipped; their modes and scores are as before."""

@@ -87,3 +87,28 @@ def test_a_zero_weight_member_is_never_read():
                     {"w": np.array([1.0, 0.0])})
     job.run()
     assert torch.equal(target["w"], torch.ones(3))
+
+
+@pytest.mark.parametrize("stack_below", [batched_fusion.STACK_BELOW, 0], ids=["stacked", "member-by-member"])
+def test_a_member_holding_some_rows_fuses_as_its_dense_form(stack_below, monkeypatch):
+    """A received subnetwork is read in place, as the rows it sent (``SomeRows``), never copied
+    into a dense parameter: the fusion is the same, to the bit, as with the zero-filled copy."""
+    monkeypatch.setattr(batched_fusion, "STACK_BELOW", stack_below)
+    rng = np.random.default_rng(3)
+    members, dense = [], []
+    for k, arrays in enumerate(_broadcasts(rng, 4)):
+        rows = {n: None if k == 0 else rng.random(SHAPES[n][0]) < 0.6 for n in SHAPES}
+        compact = {n: arrays[n] if rows[n] is None else arrays[n][rows[n]] for n in SHAPES}
+        members.append(batched_fusion.SomeRows(compact, rows, dict(SHAPES)))
+        zero_filled = {n: np.zeros(SHAPES[n], dtype=np.float32) for n in SHAPES}
+        for n in SHAPES:
+            zero_filled[n][rows[n] if rows[n] is not None else slice(None)] = compact[n]
+        dense.append(zero_filled)
+        for n in SHAPES:
+            assert torch.equal(members[-1][n], torch.from_numpy(zero_filled[n]))
+    coef = {n: rng.random((5, SHAPES[n][0])) for n in SHAPES}
+    targets = [_params(np.random.default_rng(9)) for _ in range(2)]
+    FusionJob(targets[0], [*members, targets[0]], coef).run()
+    FusionJob(targets[1], [*dense, targets[1]], coef).run()
+    for n in SHAPES:
+        assert torch.equal(targets[0][n], targets[1][n]), n

@@ -146,6 +146,31 @@ def test_train_group_is_the_same_whatever_order_the_devices_come_in():
     np.testing.assert_allclose(lb, la, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["mlp", "mlp-momentum", "cnn"])
+def test_a_group_split_into_chunks_trains_as_one_group(kind, monkeypatch):
+    """A round of thousands of devices trains ``GROUP_LIMIT`` devices at a time (memory). The
+    MLP's grouped products give each device its own slice of every product: any split gives the
+    same bits. A CNN runs ``vmap``'s convolutions, whose arithmetic follows the batch's size: the
+    same to float rounding."""
+    make = {"mlp": lambda: _jobs(CONFIGS[1]), "mlp-momentum": lambda: _jobs(CONFIGS[3]),
+            "cnn": lambda: _cnn_jobs(CONFIGS[1], [1, 6, 6])}[kind]
+    groups: list[int] = []
+    real_train_group = batched_training.train_group
+    monkeypatch.setattr(batched_training, "train_group",
+                        lambda jobs: groups.append(len(jobs)) or real_train_group(jobs))
+    whole, split = make(), make()
+    whole_losses = train_jobs(whole)
+    split_losses = train_jobs(split, limit=2)
+    assert groups[0] == len(SIZES) - 1 and max(groups[1:]) == 2   # the empty device trains alone
+    if kind == "cnn":
+        _assert_same(whole, split, whole_losses, split_losses)
+        return
+    np.testing.assert_array_equal(split_losses, whole_losses)
+    for a, b in zip(whole, split, strict=True):
+        for p, q in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
+            assert torch.equal(p, q)
+
+
 def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_root):
     """A method's ``train`` returns its job; the runtime batches the plain ones (cross-entropy on
     the whole model), runs the others alone, and a method that trains its own way returns None."""

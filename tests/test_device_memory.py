@@ -42,6 +42,15 @@ def test_a_method_reading_its_cache_keeps_what_it_fused(repo_root):
     assert all(i.payload.tensors and i.parsed is not None for i in items)
 
 
+def test_fedsub_reads_a_received_subnetwork_in_place_without_a_dense_copy():
+    """What FedSub parsed from a message (unit masks, the rows sent) adds next to nothing to the
+    message's own arrays, far less than a model per device (the dense copy it once kept): the
+    fusion reads the arrays in place (``SomeRows``)."""
+    parts, _, _ = load_bench_script("device_memory").measure("fedsub", 12, 3, ["model.hidden=[16,32]"])
+    assert parts["cache: received arrays (frame bytes)"] > 0
+    assert parts["cache: parsed by the method"] < 0.5 * parts["model"], parts
+
+
 @pytest.mark.parametrize("method", sorted(ALGORITHMS))
 def test_the_estimate_covers_what_a_device_holds(method):
     devices = 12

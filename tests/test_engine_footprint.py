@@ -10,7 +10,7 @@ from p2pfed.engine.footprint import BASE_BYTES, estimate_memory, memory_problem
 
 def test_estimate_grows_with_devices_models_and_neighbours():
     small = estimate_memory(100, 100 * 50_000, 40_000, 41_000, 6)
-    assert small.total_bytes == BASE_BYTES + 100 * small.per_device_bytes
+    assert small.total_bytes == BASE_BYTES + small.batch_bytes + 100 * small.per_device_bytes
     assert estimate_memory(1000, 1000 * 50_000, 40_000, 41_000, 6).total_bytes > small.total_bytes
     assert estimate_memory(100, 100 * 50_000, 400_000, 410_000, 6).per_device_bytes > small.per_device_bytes
     assert estimate_memory(100, 100 * 50_000, 40_000, 41_000, 30).per_device_bytes > small.per_device_bytes
@@ -19,7 +19,8 @@ def test_estimate_grows_with_devices_models_and_neighbours():
 def test_problem_names_the_field_and_how_many_devices_fit():
     est = estimate_memory(10_000, 10_000 * 50_000, 40_000, 41_000, 6)
     assert memory_problem(est, est.total_bytes, limit_field="x", devices_field="d") is None
-    line = memory_problem(est, BASE_BYTES + 500 * est.per_device_bytes, limit_field="engine.max_memory_gib",
+    limit = BASE_BYTES + est.batch_bytes + 500 * est.per_device_bytes
+    line = memory_problem(est, limit, limit_field="engine.max_memory_gib",
                           devices_field="dataset.synthetic.num_devices")
     assert line.startswith("dataset.synthetic.num_devices: the run needs about")
     assert "engine.max_memory_gib" in line and "about 500 devices fit" in line
@@ -50,3 +51,14 @@ def test_cuda_on_a_machine_without_a_gpu_is_refused_in_one_line(repo_root, capsy
     err = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("running ")]
     assert code == 2 and len(err) == 1
     assert "engine.device: cuda requested but no CUDA GPU is visible" in err[0]
+
+
+def test_training_copies_count_once_per_batch_not_per_device():
+    """The runtime trains at most ``GROUP_LIMIT`` models at once: their stacked copies are a
+    fixed cost past that size, not a cost of every device."""
+    from p2pfed.engine.footprint import TRAINING_COPIES
+    from p2pfed.learning.batched_training import GROUP_LIMIT
+    small, large = (estimate_memory(n, n * 50_000, 40_000, 41_000, 6) for n in (100, 20 * GROUP_LIMIT))
+    assert small.batch_bytes == TRAINING_COPIES * 40_000 * 100
+    assert large.batch_bytes == TRAINING_COPIES * 40_000 * GROUP_LIMIT
+    assert large.per_device_bytes == small.per_device_bytes

@@ -326,11 +326,12 @@ class Algorithm(ABC, Generic[OptionsT]):
     @classmethod
     def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
         """Bytes one device of this method holds at a run's peak beyond its data and fixed
-        overhead (``engine/footprint.py``), for the estimate that refuses a run too large: its
-        model with training's transient copies, a copy of its own, and every neighbour's payload
-        twice (the newest cached, the next arriving). A method that keeps less (or more) says so,
-        so the estimate stays above what its runs measure without refusing runs that fit."""
-        return 4 * facts.model_bytes + 2 * facts.degree * facts.message_bytes
+        overhead (``engine/footprint.py``, which adds training's transient copies itself), for
+        the estimate that refuses a run too large: its model, a copy of its own, and every
+        neighbour's payload twice (the newest cached, the next arriving). A method that keeps less
+        (or more) says so, so the estimate stays above what its runs measure without refusing
+        runs that fit."""
+        return 2 * facts.model_bytes + 2 * facts.degree * facts.message_bytes
 
     @classmethod
     def requirements(cls, options: BaseOptions) -> list[Requirement]:

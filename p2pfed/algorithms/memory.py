@@ -37,3 +37,4 @@ class DeviceFacts:
     model_bytes: int      # one model's parameters
     message_bytes: int    # one whole-model share, encoded
     degree: float         # mean neighbours per device
+    data_bytes: float = 0.0   # one device's data arrays, on average

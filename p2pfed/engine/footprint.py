@@ -6,15 +6,17 @@ counts what a simulation really holds, overheads included, so a run that would s
 part-way is refused too (and ``engine.device`` is resolved here).
 
 A simulation holds, per device, its data (float64 arrays and their float32 tensors) and what its
-method keeps: its model with training's transient copies, and the messages it shares and caches.
-The method says how much that is (``Algorithm.device_bytes``, so this module never names a
-method; the default counts every neighbour's message twice). The estimate adds those to a fixed
-cost per device (Python objects, torch modules, generators) and per neighbour (its cache entry,
-the per-peer records of a fusion), and to the interpreter with its libraries. It is meant to
-stay above ``bench/scale.py``'s measured peak RSS for every shipped method, without being so far
-above that it refuses runs that fit (a refusal costs a flag, a run killed part-way costs the run).
-A run whose estimate exceeds the memory available is refused with the estimate and the scenario
-fields that change it, instead of failing (or swapping) hours later.
+method keeps: its model and the messages it shares and caches. The method says how much that is
+(``Algorithm.device_bytes``, so this module never names a method; the default counts every
+neighbour's message twice). The estimate adds those to a fixed cost per device (Python objects,
+torch modules, generators) and per neighbour (its cache entry, the per-peer records of a fusion),
+to the interpreter with its libraries, and to training's transient copies (stacked weights and
+gradients) of the models that train together: at most ``GROUP_LIMIT`` at once, whatever the
+federation's size. It is meant to stay above ``bench/scale.py``'s measured peak RSS for every
+shipped method, without being so far above that it refuses runs that fit (a refusal costs a
+flag, a run killed part-way costs the run). A run whose estimate exceeds the memory available is
+refused with the estimate and the scenario fields that change it, instead of failing (or
+swapping) hours later.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import networkx as nx
 from p2pfed.algorithms.base import Algorithm, Options
 from p2pfed.algorithms.memory import DeviceFacts
 from p2pfed.data.dataset import FederatedDataset
+from p2pfed.learning.batched_training import GROUP_LIMIT
 from p2pfed.scenario.spec import RunSpec
 from p2pfed.scenario.errors import ScenarioError
 
@@ -36,6 +39,7 @@ BASE_BYTES = 500 * MIB          # interpreter + torch + numpy + scikit-learn + s
 DEVICE_OVERHEAD_BYTES = 160_000  # per device: modules, tensors' headers, generators, loops, intake
 PEER_OVERHEAD_BYTES = 4_000     # per device and neighbour: its cache entry and per-peer fusion records
 CONTACT_DEGREE = 16              # peers assumed cached at once under contacts (no fixed graph)
+TRAINING_COPIES = 2              # per model training in a batch: its stacked weights and their gradients
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class MemoryEstimate:
     devices: int
     per_device_bytes: int
     total_bytes: int
+    batch_bytes: int = 0   # training's transient copies, bounded by the batch, not per device
 
     def describe(self) -> str:
         return (f"about {self.total_bytes / GIB:.1f} GiB for {self.devices} devices "
@@ -55,11 +60,13 @@ def estimate_memory(devices: int, data_bytes: int, model_bytes: int, message_byt
     """``data_bytes``: all devices' arrays together; ``model_bytes``: one model's parameters;
     ``message_bytes``: one encoded share; ``degree``: mean neighbours per device; ``method`` (with
     its ``options``) says what one device of its holds (``Algorithm.device_bytes``)."""
-    facts = DeviceFacts(model_bytes=model_bytes, message_bytes=message_bytes, degree=degree)
+    facts = DeviceFacts(model_bytes=model_bytes, message_bytes=message_bytes, degree=degree,
+                        data_bytes=data_bytes / max(devices, 1))
     held = method.device_bytes(Options() if options is None else options, facts)
     per_device = (DEVICE_OVERHEAD_BYTES + PEER_OVERHEAD_BYTES * degree + 1.5 * data_bytes / max(devices, 1)
                   + held)
-    return MemoryEstimate(devices, int(per_device), int(BASE_BYTES + devices * per_device))
+    batch = TRAINING_COPIES * model_bytes * min(devices, GROUP_LIMIT)
+    return MemoryEstimate(devices, int(per_device), int(BASE_BYTES + batch + devices * per_device), int(batch))
 
 
 def available_bytes() -> int | None:
@@ -82,7 +89,7 @@ def memory_problem(estimate: MemoryEstimate, limit_bytes: int | None, *, limit_f
     """One 'field: problem' line if the run does not fit in ``limit_bytes``, else None."""
     if limit_bytes is None or estimate.total_bytes <= limit_bytes:
         return None
-    fit = max(int((limit_bytes - BASE_BYTES) / estimate.per_device_bytes), 0)
+    fit = max(int((limit_bytes - BASE_BYTES - estimate.batch_bytes) / estimate.per_device_bytes), 0)
     return (f"{devices_field}: the run needs {estimate.describe()}, more than the "
             f"{limit_bytes / GIB:.1f} GiB available ({limit_field}); about {fit} devices fit: "
             f"lower {devices_field}, or model.hidden / topology.degree (smaller messages, fewer "

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from p2pfed.learning.batched_training import mlp_forward, stacked_forward, vmap_forward_with_buffers
+from p2pfed.learning.batched_training import (GROUP_LIMIT, chunks, mlp_forward, stacked_forward,
+                                              vmap_forward_with_buffers)
 from p2pfed.learning.cnn import CNN
 from p2pfed.learning.metrics import grouped_loss, grouped_metrics
 from p2pfed.learning.model import MLP
@@ -26,8 +27,9 @@ from p2pfed.learning.training import Evaluation, evaluate, evaluation_mode
 
 @torch.no_grad()
 def evaluate_many(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor],
-                  *, min_group: int = 2) -> list[Evaluation]:
-    """``evaluate(models[i], xs[i], ys[i])`` for every i; MLPs (CNNs) of one architecture together."""
+                  *, min_group: int = 2, limit: int = GROUP_LIMIT) -> list[Evaluation]:
+    """``evaluate(models[i], xs[i], ys[i])`` for every i; MLPs (CNNs) of one architecture together,
+    at most ``limit`` at a time (``batched_training.GROUP_LIMIT``)."""
     out: list[Evaluation | None] = [None] * len(models)
     groups: dict[tuple, list[int]] = {}
     for i, model in enumerate(models):
@@ -36,10 +38,11 @@ def evaluate_many(models: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: S
             gated = isinstance(model, MLP) and model.gates is not None
             groups.setdefault((type(model), gated, shapes, xs[i].dtype), []).append(i)
     for members in groups.values():
-        if len(members) >= min_group:
-            for i, evaluation in zip(members, _evaluate_group([models[i] for i in members],
-                                                             [xs[i] for i in members],
-                                                             [ys[i] for i in members])):
+        if len(members) < min_group:
+            continue
+        for chunk in chunks(members, limit):
+            for i, evaluation in zip(chunk, _evaluate_group([models[i] for i in chunk], [xs[i] for i in chunk],
+                                                            [ys[i] for i in chunk]), strict=True):
                 out[i] = evaluation
     return [evaluate(m, x, y) if e is None else e for m, x, y, e in zip(models, xs, ys, out)]
 

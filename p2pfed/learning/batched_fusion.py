@@ -19,6 +19,9 @@ of devices (each with a handful of members out of thousands) keeps one job at a 
 runs in the parameters' dtype (float32): converting every member to float64 first cost more than
 the product itself on this memory-bound machine; it differs from the float64 path by a few units
 in the last place, which a test bounds.
+
+A member may hold only some rows of a parameter (``SomeRows``: a peer's subnetwork, as it
+arrived): a job reads just those rows, so no zero-filled copy of a received message is kept.
 """
 
 from __future__ import annotations
@@ -44,6 +47,49 @@ def _reading_arrays() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         yield
+
+
+class SomeRows(Mapping[str, torch.Tensor]):
+    """A member that holds only some rows of each parameter, zero elsewhere (a subnetwork sent
+    by a peer): the rows' values, compact, and which rows they are. A fusion reads only those
+    rows; reading a parameter by name gives its dense form, built on demand and not kept, so a
+    received subnetwork is never held twice (its message and a dense copy)."""
+
+    def __init__(self, compact: dict[str, Source], rows: dict[str, np.ndarray | None],
+                 shapes: dict[str, tuple[int, ...]]) -> None:
+        self.compact = compact   # name -> (rows held, ...) values; all rows where ``rows[name]`` is None
+        self.rows = rows         # name -> boolean mask over the first dimension, or None (every row)
+        self.shapes = shapes
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        with _reading_arrays():
+            values = _as_tensor(self.compact[name])
+        rows = self.rows[name]
+        if rows is None:
+            return values
+        dense = torch.zeros(self.shapes[name], dtype=values.dtype)
+        dense[torch.from_numpy(rows)] = values
+        return dense
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.compact)
+
+    def __len__(self) -> int:
+        return len(self.compact)
+
+
+def _add_member(acc: torch.Tensor, weight: torch.Tensor, member: Mapping[str, Source], name: str) -> None:
+    """``acc += weight · member[name]``, reading only the rows a ``SomeRows`` member holds (the
+    others are zero: the same sum)."""
+    rows = member.rows[name] if isinstance(member, SomeRows) else None
+    if rows is None:
+        acc.addcmul_(weight, _as_tensor(member[name]))
+        return
+    held = torch.from_numpy(rows)
+    part = acc[held]
+    part.addcmul_(weight[held] if weight.shape[0] > 1 else weight,   # a weight per row, or one
+                  _as_tensor(cast(SomeRows, member).compact[name]))
+    acc[held] = part
 
 
 def _as_tensor(value: Source) -> torch.Tensor:
@@ -107,7 +153,7 @@ class FusionJob:
                     continue
                 acc = torch.zeros(target.shape, dtype=torch.float64)
                 for m in used:
-                    acc.addcmul_(weights[m], _as_tensor(self.members[m][name]))
+                    _add_member(acc, weights[m], self.members[m], name)
                 target.copy_(acc)
         self.finish()
 

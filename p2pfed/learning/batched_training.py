@@ -126,9 +126,25 @@ def _stackable(model: nn.Module, x: torch.Tensor, key: tuple) -> bool:
     return found
 
 
-def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float]:
-    """Run every job, those that can be batched together as one computation per group, then each
-    one's ``then``; returns each job's mean batch loss (as ``train_epochs``), in ``jobs``' order."""
+# At most this many devices train (or are evaluated) as one stacked computation: a group's stacked
+# parameters, gradients and activations are transient copies of every member's model, so a round
+# of ten thousand devices stacked at once needed several models' worth of memory per device on top
+# of what the devices keep. The MLP's grouped products give each device its own slice, so a split
+# changes no trained bit; ``vmap``'s convolutions and the loss's per-device sums follow the batch's
+# size, the same to float rounding (a test compares chunked and whole groups). A thousand devices
+# already amortise the per-step overhead that batching removes.
+GROUP_LIMIT = 1024
+
+
+def chunks(members: Sequence[int], limit: int = GROUP_LIMIT) -> list[Sequence[int]]:
+    """``members`` in consecutive pieces of at most ``limit``."""
+    return [members[start:start + limit] for start in range(0, len(members), limit)]
+
+
+def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2, limit: int = GROUP_LIMIT) -> list[float]:
+    """Run every job, those that can be batched together as one computation per group (of at
+    most ``limit`` devices), then each one's ``then``; returns each job's mean batch loss (as
+    ``train_epochs``), in ``jobs``' order."""
     losses: list[float] = [float("nan")] * len(jobs)
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
@@ -137,8 +153,9 @@ def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2) -> list[float
     batched = set()
     for members in groups.values():
         if len(members) >= min_group:
-            for i, loss in zip(members, train_group([jobs[i] for i in members]), strict=True):
-                losses[i] = loss
+            for chunk in chunks(members, limit):
+                for i, loss in zip(chunk, train_group([jobs[i] for i in chunk]), strict=True):
+                    losses[i] = loss
             batched.update(members)
     for i, job in enumerate(jobs):
         losses[i] = losses[i] if i in batched else job.train()

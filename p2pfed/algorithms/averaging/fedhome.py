@@ -26,6 +26,7 @@ import torch
 from pydantic import Field
 
 from p2pfed.algorithms.base import BaseOptions, DeviceContext, TrainingWork
+from p2pfed.algorithms.memory import DeviceFacts
 from p2pfed.algorithms.averaging.balancing import SMOTE, smote_balance
 from p2pfed.algorithms.averaging.fedper import split_body_head
 from p2pfed.algorithms.averaging.gossip_avg import GossipAvg, GossipAvgOptions
@@ -62,6 +63,13 @@ class FedHome(GossipAvg[FedHomeOptions]):
         self.fine_tuned = 0                           # fine-tune rounds run
         if options.balance == "representation":
             feature_dim(ctx.model, ctx.model_name)    # refused here without features() and a Linear head
+
+    @classmethod
+    def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
+        """Gossip averaging's, plus the model as the fine-tune began and the balanced set: SMOTE
+        fills the smaller classes up to the largest, float32 rows of at most the input's width,
+        bounded here by the device's own data arrays (float64) once more."""
+        return super().device_bytes(options, facts) + facts.model_bytes + facts.data_bytes
 
     @classmethod
     def requirements(cls, options: BaseOptions) -> list[Requirement]:

@@ -4,6 +4,7 @@ per unit and class), and the receiver's checks that turn a message back into the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
@@ -14,6 +15,7 @@ import torch
 from p2pfed.algorithms.base import ArtifactError, DeviceContext, Payload, expect_array
 from p2pfed.algorithms.fedsub.subnetworks import UnitMasks, union_units
 from p2pfed.algorithms.state import array_from_state, array_state
+from p2pfed.learning.batched_fusion import SomeRows, Source
 from p2pfed.learning.training import per_class_accuracy
 from p2pfed.learning.units import UnitLayer
 
@@ -23,13 +25,14 @@ PARTS = ("whole", "prototypes", "subnetworks")
 
 @dataclass
 class Artifacts:
-    """One device's class-level artifacts, decoded into dense per-parameter form. Never modified
+    """One device's class-level artifacts, per parameter. Never modified
     once built: what a fusion reads from them per class is worked out once and kept."""
 
     classes: list[int]
     prototypes: np.ndarray | None       # (C, d); None when only the subnetwork part arrived
     scores: list[float]
-    values: dict[str, torch.Tensor] | None  # dense parameters, zero outside the union of subnetworks
+    # parameters, zero outside the union of subnetworks: a peer's as the rows it sent (``SomeRows``)
+    values: Mapping[str, torch.Tensor] | None
     units: dict[int, UnitMasks] | None      # class -> unit mask per layer
     requests: dict[int, list[int]] | None = None  # two-phase: peer -> classes it asks that peer for
     # with_subnetworks' results: id of the other part -> (that part, the merged artifacts)
@@ -111,9 +114,9 @@ def encode_subnetworks(params: dict[str, torch.Tensor], layers: list[UnitLayer],
 
 
 def decode_subnetworks(layers: list[UnitLayer], classes: list[int], payload: Payload
-                       ) -> tuple[dict[int, UnitMasks], dict[str, torch.Tensor]]:
+                       ) -> tuple[dict[int, UnitMasks], SomeRows]:
     """Inverse of ``encode_subnetworks``, checked against the local model's shapes. What it
-    builds from the arrays (unit masks, the dense copy) goes into ``payload.memo``: the receivers
+    builds from the arrays (unit masks, the rows sent) goes into ``payload.memo``: the receivers
     of a broadcast in the simulators share it (read-only), each checking the arrays' shapes
     against its own model first."""
     sizes = tuple(layer.size for layer in layers)
@@ -124,12 +127,12 @@ def decode_subnetworks(layers: list[UnitLayer], classes: list[int], payload: Pay
     decoded = payload.remember(key, lambda: _DecodedUnits(packed, classes, sizes))
     sent = [{name: expect_array(payload, name, (n, *shape)) for name, shape in zip(layer.params, layer.row_shapes)}
             for layer, n in zip(layers, decoded.row_counts)]
-    return decoded.units, decoded.dense(layers, sent)
+    return decoded.units, decoded.values(layers, sent)
 
 
 class _DecodedUnits:
-    """A subnetwork message's unit masks, and (built on first use) its dense copy: parameters
-    zero outside the rows sent. Shared by the message's receivers: never modified."""
+    """A subnetwork message's unit masks, and (built on first use) its parameters as the rows
+    sent. Shared by the message's receivers: never modified."""
 
     def __init__(self, packed: np.ndarray, classes: list[int], sizes: tuple[int, ...]) -> None:
         bits = np.unpackbits(packed, axis=1, count=sum(sizes)).astype(bool)
@@ -139,18 +142,23 @@ class _DecodedUnits:
         any_class = cast(np.ndarray, bits.any(axis=0))
         self.rows = [any_class[a:b] for a, b in spans]
         self.row_counts = [int(r.sum()) for r in self.rows]
-        self._dense: dict[str, torch.Tensor] | None = None
+        self._values: SomeRows | None = None
 
-    def dense(self, layers: list[UnitLayer], sent: list[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
-        if self._dense is None:
-            values: dict[str, torch.Tensor] = {}
+    def values(self, layers: list[UnitLayer], sent: list[dict[str, np.ndarray]]) -> SomeRows:
+        """The parameters as the rows sent and which rows they are (zero elsewhere), over the
+        message's own arrays: no copy of them is kept."""
+        if self._values is None:
+            compact: dict[str, Source] = {}
+            rows: dict[str, np.ndarray | None] = {}
+            shapes: dict[str, tuple[int, ...]] = {}
             for i, (layer, arrays) in enumerate(zip(layers, sent)):
+                whole = bool(self.rows[i].all())
                 for name, shape in zip(layer.params, layer.row_shapes):
-                    dense = np.zeros((layer.size, *shape), dtype=np.float32)
-                    dense[self.rows[i]] = arrays[name]
-                    values[name] = torch.from_numpy(dense)
-            self._dense = values
-        return self._dense
+                    compact[name] = arrays[name].astype(np.float32, copy=False)
+                    rows[name] = None if whole else self.rows[i]
+                    shapes[name] = (layer.size, *shape)
+            self._values = SomeRows(compact, rows, shapes)
+        return self._values
 
 
 def parse_artifacts(payload: Payload, num_classes: int, prototype_dim: int, layers: list[UnitLayer]) -> Artifacts:

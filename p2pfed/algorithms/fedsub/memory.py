@@ -35,8 +35,8 @@ class FedSubMemory:
 
     @classmethod
     def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
-        """Its model, training's two transient copies of it and its own artifacts' dense copy;
-        per message held (its own share, the one its neighbours cached, the next arriving: each
-        decoded once for all its receivers) the encoded share and its dense copy; and its
-        clustering and per-class records (``CLUSTERING_BYTES``)."""
-        return 4 * facts.model_bytes + 3 * (facts.message_bytes + facts.model_bytes) + CLUSTERING_BYTES
+        """Its model and its own artifacts' copy; per message held (its own share, the one its
+        neighbours cached, the next arriving: each decoded once for all its receivers) the
+        encoded share, which a fusion reads in place (``SomeRows``); and its clustering and
+        per-class records (``CLUSTERING_BYTES``)."""
+        return 2 * facts.model_bytes + 3 * facts.message_bytes + CLUSTERING_BYTES

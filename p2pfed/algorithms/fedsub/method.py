@@ -45,6 +45,7 @@ a fusion sees and clusters), ``row_fusion.py`` (the fusion rules), ``stats.py`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, cast
@@ -423,7 +424,7 @@ class FedSub(FedSubMemory, Algorithm[FedSubOptions]):
         model = self.model
         targets = {n: p.detach() for n, p in model.named_parameters()}
         clusters: list[ClassCluster] = []
-        member_values: list[dict[str, torch.Tensor]] = []
+        member_values: list[Mapping[str, torch.Tensor]] = []
         position: dict[int, int] = {}   # device id -> index into member_values
         requests: dict[int, list[int]] = {}
         self.last_predicted = 0
@@ -450,7 +451,7 @@ class FedSub(FedSubMemory, Algorithm[FedSubOptions]):
             units = fusable(np.stack([view[m].unit_row[c] for m in mates]), self.layers, o.depth, o.shared_layers)
             scores = [view[m].score_of[c] for m in mates]
             if o.robust != "none":
-                update, rows = self._robust_rows(targets, [cast("dict[str, torch.Tensor]", view[m].values)
+                update, rows = self._robust_rows(targets, [cast("Mapping[str, torch.Tensor]", view[m].values)
                                                            for m in mates],
                                                  mates.index(me) if me in mates else None, units, scores)
                 clusters.append(ClassCluster(members=[len(member_values)], units=rows[None], scores=[1.0]))
@@ -469,7 +470,7 @@ class FedSub(FedSubMemory, Algorithm[FedSubOptions]):
             job.prep_flops += sum(c.flops for c in clusterings)
         return job
 
-    def _robust_rows(self, targets: dict[str, torch.Tensor], mates: list[dict[str, torch.Tensor]],
+    def _robust_rows(self, targets: dict[str, torch.Tensor], mates: list[Mapping[str, torch.Tensor]],
                      own_position: int | None, units: np.ndarray, scores: list[float]
                      ) -> tuple[dict[str, torch.Tensor], np.ndarray]:
         """One class's update combined by ``options.robust`` (``robust_rows``), counted."""
