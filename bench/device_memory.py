@@ -5,9 +5,10 @@ runtime, stops at a round boundary (the round's messages delivered, the next rou
 and walks each device's ``Algorithm`` — its context's data and model, its cache of received
 payloads (the decoded arrays, what its method parsed from them, the memo shared by a broadcast's
 receivers) and the method's own attributes — plus the runtime's links, summing the bytes of every
-numpy array, torch tensor and byte buffer reached. A buffer reached twice (a broadcast's frame
-cached by all its receivers, a view of another array) is counted once, under the first structure
-that reached it; the table gives the bytes per device of each structure.
+numpy array, torch tensor and byte buffer reached. An allocation reached twice (a broadcast's
+frame cached by all its receivers, a view of another array, a tensor over a message's bytes) is
+counted once, under the structure holding the larger buffer (of equal ones, the first that
+reached it); the table gives the bytes per device of each structure.
 
     python bench/device_memory.py --devices 1000 --methods gossip-avg,fedsub --rounds 3 \\
         --set 'model.hidden=[128,512]'
@@ -16,6 +17,7 @@ that reached it; the table gives the bytes per device of each structure.
 from __future__ import annotations
 
 import argparse
+import bisect
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -76,11 +78,12 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
 
 
 class Walker:
-    """Sums distinct buffers per structure name; ``seen`` spans every walk (first name wins)."""
+    """Sums distinct buffers per structure name. A buffer that lies inside another one reached
+    in any walk (a view, a tensor over a message's bytes) is counted once, under the structure
+    that holds the larger; of two equal buffers, the first reached."""
 
     def __init__(self) -> None:
-        self.seen_buffers: set[int] = set()
-        self.bytes: dict[str, int] = defaultdict(int)
+        self.buffers: list[tuple[int, int, str]] = []   # (start address, bytes, structure), in walk order
 
     def walk(self, obj: Any, name: str, visited: set[int], depth: int = 0) -> None:
         if isinstance(obj, _SKIP) or id(obj) in visited or depth > 40:
@@ -88,14 +91,26 @@ class Walker:
         visited.add(id(obj))
         buf = _buffer(obj)
         if buf is not None:
-            addr, size = buf
-            if addr not in self.seen_buffers:
-                self.seen_buffers.add(addr)
-                self.bytes[name] += size
+            self.buffers.append((*buf, name))
             if isinstance(obj, (torch.Tensor, bytes, bytearray)):
                 return
         for suffix, child in _children(obj):
             self.walk(child, name + (".grad" if suffix == ".grad" else ""), visited, depth + 1)
+
+    @property
+    def bytes(self) -> dict[str, int]:
+        """Bytes per structure, each allocation once (largest first: what lies inside is not added)."""
+        starts: list[int] = []
+        ends: list[int] = []
+        out: dict[str, int] = defaultdict(int)
+        for addr, size, name in sorted(self.buffers, key=lambda b: -b[1]):   # stable: walk order on ties
+            i = bisect.bisect_right(starts, addr) - 1
+            if i >= 0 and addr + size <= ends[i]:
+                continue
+            starts.insert(i + 1, addr)
+            ends.insert(i + 1, addr + size)
+            out[name] += size
+        return out
 
 
 def device_parts(algo: Any) -> Iterator[tuple[str, Any]]:

@@ -107,7 +107,8 @@ def test_a_member_holding_some_rows_fuses_as_its_dense_form(stack_below, monkeyp
         for n in SHAPES:
             assert torch.equal(members[-1][n], torch.from_numpy(zero_filled[n]))
     coef = {n: rng.random((5, SHAPES[n][0])) for n in SHAPES}
-    targets = [_params(np.random.default_rng(9)) for _ in range(2)]
+    # float64 targets: the sums' last bits show, not rounded away into float32
+    targets = [{n: v.double() for n, v in _params(np.random.default_rng(9)).items()} for _ in range(2)]
     FusionJob(targets[0], [*members, targets[0]], coef).run()
     FusionJob(targets[1], [*dense, targets[1]], coef).run()
     for n in SHAPES:

@@ -21,7 +21,8 @@ the product itself on this memory-bound machine; it differs from the float64 pat
 in the last place, which a test bounds.
 
 A member may hold only some rows of a parameter (``SomeRows``: a peer's subnetwork, as it
-arrived): a job reads just those rows, so no zero-filled copy of a received message is kept.
+arrived): a job rebuilds its dense form in one reused buffer as it sums, so no zero-filled copy
+of a received message is kept.
 """
 
 from __future__ import annotations
@@ -51,24 +52,37 @@ def _reading_arrays() -> Iterator[None]:
 
 class SomeRows(Mapping[str, torch.Tensor]):
     """A member that holds only some rows of each parameter, zero elsewhere (a subnetwork sent
-    by a peer): the rows' values, compact, and which rows they are. A fusion reads only those
-    rows; reading a parameter by name gives its dense form, built on demand and not kept, so a
-    received subnetwork is never held twice (its message and a dense copy)."""
+    by a peer): the rows' values, compact, and which rows they are. Reading a parameter by name
+    gives its dense form, built on demand and kept only below ``STACK_BELOW`` values; a fusion
+    rebuilds a large parameter's in a buffer it reuses across members. So a received subnetwork
+    is never held twice (its message and a dense copy), and the sums are those over a dense
+    copy, bit for bit."""
 
-    def __init__(self, compact: dict[str, Source], rows: dict[str, np.ndarray | None],
-                 shapes: dict[str, tuple[int, ...]]) -> None:
-        self.compact = compact   # name -> (rows held, ...) values; all rows where ``rows[name]`` is None
-        self.rows = rows         # name -> boolean mask over the first dimension, or None (every row)
-        self.shapes = shapes
+    def __init__(self, compact: Mapping[str, Source], rows: Mapping[str, np.ndarray | None],
+                 shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """``compact[name]``: the rows held, in order; ``rows[name]``: a boolean mask over the
+        parameter's first dimension, or None for every row; ``shapes[name]``: the full shape."""
+        with _reading_arrays():
+            self.compact = {name: _as_tensor(values) for name, values in compact.items()}
+        held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # per mask: (its rows, the others)
+        for mask in rows.values():
+            if mask is not None and id(mask) not in held:   # a layer's parameters share one mask
+                held[id(mask)] = (torch.from_numpy(np.flatnonzero(mask)), torch.from_numpy(np.flatnonzero(~mask)))
+        self.rows = {name: None if mask is None else held[id(mask)][0] for name, mask in rows.items()}
+        self.absent = {name: held[id(mask)][1] for name, mask in rows.items() if mask is not None}
+        self.shapes = dict(shapes)
+        self._small: dict[str, torch.Tensor] = {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        with _reading_arrays():
-            values = _as_tensor(self.compact[name])
-        rows = self.rows[name]
+        values, rows = self.compact[name], self.rows[name]
         if rows is None:
             return values
-        dense = torch.zeros(self.shapes[name], dtype=values.dtype)
-        dense[torch.from_numpy(rows)] = values
+        dense = self._small.get(name)
+        if dense is None:
+            dense = values.new_zeros(self.shapes[name])
+            dense[rows] = values
+            if dense.numel() < STACK_BELOW:   # small: kept, read by every receiver's stacked sum
+                self._small[name] = dense
         return dense
 
     def __iter__(self) -> Iterator[str]:
@@ -78,18 +92,23 @@ class SomeRows(Mapping[str, torch.Tensor]):
         return len(self.compact)
 
 
-def _add_member(acc: torch.Tensor, weight: torch.Tensor, member: Mapping[str, Source], name: str) -> None:
-    """``acc += weight · member[name]``, reading only the rows a ``SomeRows`` member holds (the
-    others are zero: the same sum)."""
+def _add_member(acc: torch.Tensor, weight: torch.Tensor, member: Mapping[str, Source], name: str,
+                scratch: dict[str, torch.Tensor]) -> None:
+    """``acc += weight · member[name]``. A ``SomeRows`` member's dense form is rebuilt in
+    ``scratch`` (one buffer per parameter, reused across members): its rows copied in, the rest
+    zeroed; so the sum is the same ``addcmul_`` as over a kept dense copy, bit for bit."""
     rows = member.rows[name] if isinstance(member, SomeRows) else None
     if rows is None:
         acc.addcmul_(weight, _as_tensor(member[name]))
         return
-    held = torch.from_numpy(rows)
-    part = acc[held]
-    part.addcmul_(weight[held] if weight.shape[0] > 1 else weight,   # a weight per row, or one
-                  _as_tensor(cast(SomeRows, member).compact[name]))
-    acc[held] = part
+    some = cast(SomeRows, member)
+    values = some.compact[name]
+    dense = scratch.get(name)
+    if dense is None or dense.dtype != values.dtype:
+        dense = scratch[name] = values.new_empty(some.shapes[name])
+    dense.index_copy_(0, rows, values)
+    dense.index_fill_(0, some.absent[name], 0.0)
+    acc.addcmul_(weight, dense)
 
 
 def _as_tensor(value: Source) -> torch.Tensor:
@@ -140,6 +159,7 @@ class FusionJob:
         weighted reduction over its members stacked; a larger one is summed member by member
         (stacking would copy every member in float64, per-member calls cost ~10 µs each: at
         hundreds of members per fusion on a small model, those calls were most of the time)."""
+        scratch: dict[str, torch.Tensor] = {}   # a received subnetwork's dense form, rebuilt per member
         with _reading_arrays(), torch.no_grad():
             for name, c in self.coef.items():
                 target = self.targets[name]
@@ -153,7 +173,7 @@ class FusionJob:
                     continue
                 acc = torch.zeros(target.shape, dtype=torch.float64)
                 for m in used:
-                    _add_member(acc, weights[m], self.members[m], name)
+                    _add_member(acc, weights[m], self.members[m], name, scratch)
                 target.copy_(acc)
         self.finish()
 
