@@ -45,10 +45,10 @@ class GossipAvg(Algorithm[GossipOptionsT]):
 
     @classmethod
     def device_bytes(cls, options: BaseOptions, facts: DeviceFacts) -> float:
-        """Its model and one message: a broadcast is decoded once for all its receivers, and what a device fused
-        is freed before it trains, so its own share (or the one it fuses next) is all it adds; a
-        class that keeps payloads once fused (``reads_fresh_only`` False) holds every
-        neighbour's besides."""
+        """Its model and one message: a broadcast is decoded once for all its receivers, and what
+        a device fused is freed before it trains, so its own share (or the one it fuses next) is
+        all it adds; a class that keeps payloads once fused (``reads_fresh_only`` False) holds
+        every neighbour's besides."""
         kept = 0.0 if cls.reads_fresh_only else facts.degree * facts.message_bytes
         return facts.model_bytes + facts.message_bytes + kept
 

@@ -25,8 +25,8 @@ PARTS = ("whole", "prototypes", "subnetworks")
 
 @dataclass
 class Artifacts:
-    """One device's class-level artifacts, per parameter. Never modified
-    once built: what a fusion reads from them per class is worked out once and kept."""
+    """One device's class-level artifacts, per parameter. Never modified once built: what a
+    fusion reads from them per class is worked out once and kept."""
 
     classes: list[int]
     prototypes: np.ndarray | None       # (C, d); None when only the subnetwork part arrived
