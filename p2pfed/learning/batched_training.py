@@ -129,10 +129,11 @@ def _stackable(model: nn.Module, x: torch.Tensor, key: tuple) -> bool:
 # At most this many devices train (or are evaluated) as one stacked computation: a group's stacked
 # parameters, gradients and activations are transient copies of every member's model, so a round
 # of ten thousand devices stacked at once needed several models' worth of memory per device on top
-# of what the devices keep. The MLP's grouped products give each device its own slice, so a split
-# changes no trained bit; ``vmap``'s convolutions and the loss's per-device sums follow the batch's
-# size, the same to float rounding (a test compares chunked and whole groups). A thousand devices
-# already amortise the per-step overhead that batching removes.
+# of what the devices keep. On one thread the MLP's grouped products give each device its own
+# slice, so a split changes no trained bit; with more threads, and for ``vmap``'s convolutions and
+# the loss's per-device sums, the arithmetic follows the batch's size: the same to float rounding
+# (a test compares chunked and whole groups). A thousand devices already amortise the per-step
+# overhead that batching removes.
 GROUP_LIMIT = 1024
 
 
