@@ -21,7 +21,6 @@ from p2pfed.algorithms import averaging, fedali, fedpews, fedsub, local, safl  #
 
 __all__ = ["ALGORITHMS", "Algorithm", "ArtifactError", "Attacker", "ComputeNow", "Deferred", "DeviceContext",
            "DeviceFacts", "FusionJob", "FusionWork", "Future", "MemoryFacts", "MemoryTerm", "NOT_READY", "NotReady",
-           "Offload",
-           "Options", "Payload", "Received", "RunFacts", "TrainingJob", "TrainingWork", "UnitOptions",
+           "Offload", "Options", "Payload", "Received", "RunFacts", "TrainingJob", "TrainingWork", "UnitOptions",
            "algorithm_class", "attack_class", "averaging_job", "checked_tensors", "expect_array", "method_label",
            "model_payload", "parameter_shapes", "register", "require_units", "run_facts"]

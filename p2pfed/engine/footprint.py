@@ -60,11 +60,10 @@ def estimate_memory(devices: int, data_bytes: int, model_bytes: int, message_byt
     """``data_bytes``: all devices' arrays together; ``model_bytes``: one model's parameters;
     ``message_bytes``: one encoded share; ``degree``: mean neighbours per device; ``method`` (with
     its ``options``) says what one device of its holds (``Algorithm.device_bytes``)."""
-    facts = DeviceFacts(model_bytes=model_bytes, message_bytes=message_bytes, degree=degree,
-                        data_bytes=data_bytes / max(devices, 1))
+    device_data = data_bytes / max(devices, 1)
+    facts = DeviceFacts(model_bytes=model_bytes, message_bytes=message_bytes, degree=degree, data_bytes=device_data)
     held = method.device_bytes(Options() if options is None else options, facts)
-    per_device = (DEVICE_OVERHEAD_BYTES + PEER_OVERHEAD_BYTES * degree + 1.5 * data_bytes / max(devices, 1)
-                  + held)
+    per_device = DEVICE_OVERHEAD_BYTES + PEER_OVERHEAD_BYTES * degree + 1.5 * device_data + held
     batch = TRAINING_COPIES * model_bytes * min(devices, GROUP_LIMIT)
     return MemoryEstimate(devices, int(per_device), int(BASE_BYTES + batch + devices * per_device), int(batch))
 
