@@ -6,7 +6,9 @@ subnetworks, SAFL's Network-Slimming pruning and FedPeWS's masks need on a CNN. 
 works on units reads them through this module, the same for every model that has them:
 
 - ``unit_layers(model)``: per layer, its number of units and the parameters whose first
-  dimension runs over them (so "keep unit j" is "keep row j of each of those parameters");
+  dimension runs over them (so "keep unit j" is "keep row j of each of those parameters"); it is
+  worked out once per model and read again only when the model's parameters (names or shapes)
+  change, since methods ask for it for every message and every fusion;
 - ``unit_activations(model, x)``: per layer, each sample's activation of each unit (a channel's
   is its mean over positions), the last layer's being the logits.
 
@@ -56,8 +58,24 @@ def has_units(model: nn.Module) -> bool:
     return isinstance(model, UnitModel)
 
 
+_LAYOUT = "_p2pfed_unit_layout"   # the model's own slot for its worked-out layout
+
+
 def unit_layers(model: nn.Module) -> list[UnitLayer]:
-    """Every layer's units, in order (the last is the classifier, one unit per class)."""
+    """Every layer's units, in order (the last is the classifier, one unit per class).
+
+    The layout is kept on the model with the names and shapes of its parameters, and worked out
+    again when those differ (a parameter replaced by one of another shape, a layer added)."""
+    parameters = tuple((name, p.shape) for name, p in model.named_parameters())
+    kept = model.__dict__.get(_LAYOUT)
+    if kept is not None and kept[0] == parameters:
+        return list(kept[1])
+    layers = _work_out_unit_layers(model)
+    model.__dict__[_LAYOUT] = (parameters, tuple(layers))
+    return layers
+
+
+def _work_out_unit_layers(model: nn.Module) -> list[UnitLayer]:
     if not isinstance(model, UnitModel):
         raise TypeError(f"{type(model).__name__} has no units (it defines no unit_layer_params)")
     out = []
