@@ -4,6 +4,7 @@ for the methods that train plainly."""
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -171,6 +172,53 @@ def test_a_group_split_into_chunks_trains_as_one_group(kind, monkeypatch):
             assert torch.equal(p, q)
 
 
+def _phased(config: TrainingConfig, kind: str = "mlp") -> list[TrainingJob]:
+    """Each device: its last layer alone (the rest fixed), followed by the rest (the last fixed)."""
+    jobs = _jobs(config) if kind == "mlp" else _cnn_jobs(config, [1, 6, 6])
+    out = []
+    for job in jobs:
+        params = list(job.model.parameters())
+        body = replace(job, trainable=tuple(params[:-2]))
+        out.append(replace(job, epochs=2, trainable=tuple(params[-2:]), followed_by=body))
+    return out
+
+
+@pytest.mark.parametrize("config", CONFIGS[1:3], ids=["e3-b7", "e2-b10-momentum"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_a_round_in_phases_trains_each_phase_batched_as_each_device_alone(config, kind):
+    """Jobs training part of the model, in phases: each phase is one batch across the devices,
+    what a phase leaves fixed keeps its bits, and the result equals each device alone."""
+    loop, batched = _phased(config, kind), _phased(config, kind)
+    groups = []
+    real = batched_training.train_group
+    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
+    try:
+        bodies = [[p.detach().clone() for p in list(job.model.parameters())[:-2]] for job in batched]
+        head_losses = train_jobs([replace(job, followed_by=None) for job in batched])
+        for job, body in zip(batched, bodies, strict=True):   # the head phase left the body alone
+            assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[:-2], body, strict=True))
+        heads = [[p.detach().clone() for p in list(job.model.parameters())[-2:]] for job in batched]
+        body_losses = train_jobs([job.followed_by for job in batched])
+        for job, head in zip(batched, heads, strict=True):    # and the body phase the head
+            assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[-2:], head, strict=True))
+    finally:
+        batched_training.train_group = real
+    assert groups == [6, 6]   # each phase one batch (the empty device trains alone)
+    loop_head_losses = [job.train() for job in loop]
+    _assert_same(loop, batched, loop_head_losses + [job.followed_by.train() for job in loop], head_losses + body_losses)
+
+
+def test_a_job_runs_the_phases_that_follow_it_alone_and_batched():
+    chained, alone, by_hand = _phased(CONFIGS[0]), _phased(CONFIGS[0]), _phased(CONFIGS[0])
+    assert [len(job.phases()) for job in alone] == [2] * len(SIZES)
+    train_jobs(chained)                             # both phases, batched
+    last = [job.run() for job in alone]             # both phases, one device at a time
+    for job in by_hand:
+        job.train()
+    np.testing.assert_array_equal(last, [job.followed_by.train() for job in by_hand])   # run() returns the last phase's loss
+    _assert_same(alone, chained, last, last)
+
+
 def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_root):
     """A method's ``train`` returns its job; the runtime batches the plain ones (cross-entropy on
     the whole model), runs the others alone, and a method that trains its own way returns None."""
@@ -180,9 +228,10 @@ def test_the_runtime_batches_the_training_of_methods_that_train_plainly(repo_roo
     for name in ALGORITHMS:
         job = build_algorithms(with_algorithm(loaded, name), dataset)[0].train(0)
         batchable[name] = job is not None and job.batchable()
-    # FedProto's pull needs averaged prototypes: before any arrive (round 0) its training is plain
+    # FedProto's pull needs averaged prototypes: before any arrive (round 0) its training is plain;
+    # FedRep's and ProtoHAR's first phase (the head, the body fixed) is
     assert {n for n, b in batchable.items() if b} == {"local", "gossip-avg", "fedsub", "fedclar", "fedhome", "ditto",
-                                                       "fedper", "fedproto", "lg-fedavg", "fedbn"}
+                                                       "fedper", "fedproto", "lg-fedavg", "fedbn", "fedrep", "protohar"}
     # FedCLAR's clustered update, kept by its job's ``then`` after the batched training, is what
     # the training changed
     algos = build_algorithms(with_algorithm(loaded, "fedclar"), dataset)

@@ -297,7 +297,8 @@ def after_fusion(loops: Sequence[DeviceLoop], rounds: int | Sequence[int], *, tr
             if loop.count_work:
                 trained = list(inline)
                 if work is not None:
-                    trained.append((work.model, int(work.x.shape[0]), work.num_epochs, int(work.x.shape[1])))
+                    trained += [(job.model, int(job.x.shape[0]), job.num_epochs, int(job.x.shape[1]))
+                                for job in work.phases()]
                 loop.work_flops += sum(training_flops(m, n, e, width) for m, n, e, width in trained)
     for loop in loops:   # the work the methods counted themselves (``ctx.count_work``) in fuse or train
         ctx = loop.algorithm.ctx

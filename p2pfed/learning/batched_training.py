@@ -45,9 +45,11 @@ from p2pfed.learning.training import ExtraLoss, TrainingConfig, train_epochs
 class TrainingJob:
     """One device's training this round, for the runtime to run: SGD of ``model`` on (x, y) for
     ``epochs`` (default the configuration's), drawing its shuffles from ``generator`` and the
-    model's own randomness (dropout) from ``model_generator``. A *plain* job — cross-entropy on all
-    of the module's parameters by SGD, no ``extra_loss``, no ``trainable`` subset — can be batched with
-    other devices' (``train_jobs``); any other runs alone. ``then`` runs once it has trained."""
+    model's own randomness (dropout) from ``model_generator``; only the ``trainable`` parameters
+    (default all) change. A *plain* job — cross-entropy by SGD, no ``extra_loss`` — can be batched
+    with other devices' (``train_jobs``); any other runs alone. ``then`` runs once it has trained,
+    and ``followed_by`` trains after that: a round in phases (a head, then a body), each phase
+    batched across the devices that have it."""
 
     model: nn.Module
     x: torch.Tensor
@@ -59,6 +61,7 @@ class TrainingJob:
     trainable: tuple[nn.Parameter, ...] | None = None
     model_generator: torch.Generator | None = None
     then: Callable[[], None] | None = None
+    followed_by: TrainingJob | None = None
 
     @property
     def num_epochs(self) -> int:
@@ -66,13 +69,14 @@ class TrainingJob:
 
     @property
     def plain(self) -> bool:
-        return self.extra_loss is None and self.trainable is None and self.config.optimizer == "sgd"
+        return self.extra_loss is None and self.config.optimizer == "sgd"
 
     def run(self) -> float:
-        """Train this device alone (the reference the batched path must equal), then ``then``."""
+        """Train this device alone (the reference the batched path must equal), then ``then``,
+        then the job that follows, if any; returns the last phase's mean batch loss."""
         loss = self.train()
         self.finish()
-        return loss
+        return loss if self.followed_by is None else self.followed_by.run()
 
     def train(self) -> float:
         return train_epochs(self.model, self.x, self.y, self.config, self.generator,
@@ -84,11 +88,29 @@ class TrainingJob:
         if self.then is not None:
             self.then()
 
+    def phases(self) -> list[TrainingJob]:
+        """This job and the jobs that follow it, in order."""
+        out: list[TrainingJob] = [self]
+        while out[-1].followed_by is not None:
+            out.append(out[-1].followed_by)
+        return out
+
+    def trainable_names(self) -> tuple[str, ...]:
+        """The names of the parameters this job trains, in the model's order."""
+        named = list(self.model.named_parameters())
+        if self.trainable is None:
+            return tuple(name for name, _ in named)
+        chosen = {id(p) for p in self.trainable}
+        names = tuple(name for name, p in named if id(p) in chosen)
+        if len(names) != len(chosen):
+            raise ValueError("a training job's trainable parameters must be parameters of its model")
+        return names
+
     def group_key(self) -> tuple:
-        """Jobs with equal keys can train as one batch: same model class, parameter shapes and
-        training configuration."""
+        """Jobs with equal keys can train as one batch: same model class, parameter shapes,
+        trainable parameters and training configuration."""
         shapes = tuple((name, tuple(p.shape), p.dtype) for name, p in self.model.named_parameters())
-        return (type(self.model), shapes, self.config, self.num_epochs)
+        return (type(self.model), shapes, self.trainable_names(), self.config, self.num_epochs)
 
     def batchable(self) -> bool:
         """Plain, with data, and a forward that runs over stacked parameters and buffers
@@ -162,6 +184,9 @@ def train_jobs(jobs: Sequence[TrainingJob], *, min_group: int = 2, limit: int = 
         losses[i] = losses[i] if i in batched else job.train()
     for job in jobs:
         job.finish()
+    following = [job.followed_by for job in jobs if job.followed_by is not None]
+    if following:   # the next phase, once every device has finished this one
+        train_jobs(following, min_group=min_group, limit=limit)
     return losses
 
 
@@ -216,8 +241,8 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     sizes = [sizes[i] for i in order]
     template = jobs[0].model
     written_out = forward is None and type(template) is MLP and template.gates is None
-    models = _StackedModels(jobs, requires_grad=not written_out)
-    momentum = ({n: torch.zeros_like(p) for n, p in models.params.items()} if config.momentum != 0 else None)
+    models = _StackedModels(jobs, jobs[0].trainable_names(), requires_grad=not written_out)
+    momentum = ({n: torch.zeros_like(models.params[n]) for n in models.trainable} if config.momentum != 0 else None)
 
     x_all = torch.cat([j.x for j in jobs])
     y_all = torch.cat([j.y for j in jobs])
@@ -250,21 +275,24 @@ class _StackedModels:
     """The group's parameters and buffers stacked along a leading device dimension (in the
     template's order), trained in place, then copied back into each device's own model."""
 
-    def __init__(self, jobs: Sequence[TrainingJob], requires_grad: bool) -> None:
+    def __init__(self, jobs: Sequence[TrainingJob], trainable: Sequence[str], requires_grad: bool) -> None:
         template = jobs[0].model
         self.names = [name for name, _ in template.named_parameters()]
+        self.trainable = list(trainable)   # the parameters the jobs train; the others stay as they are
         self.own = [list(j.model.parameters()) for j in jobs]   # in the order of ``names``
         self.buffer_names = [name for name, _ in template.named_buffers()]
         self.own_buffers = [list(j.model.buffers()) for j in jobs]
         with torch.no_grad():
             self.params = {n: torch.stack([params[k] for params in self.own]) for k, n in enumerate(self.names)}
             self.buffers = {n: torch.stack([b[k] for b in self.own_buffers]) for k, n in enumerate(self.buffer_names)}
-        for p in self.params.values():
-            p.requires_grad_(requires_grad)
+        for n in self.trainable:
+            self.params[n].requires_grad_(requires_grad)
 
     def write_back(self) -> None:
         with torch.no_grad():
             for k, n in enumerate(self.names):
+                if n not in self.trainable:
+                    continue
                 for device_params, trained in zip(self.own, self.params[n], strict=True):
                     device_params[k].copy_(trained)
             for k, n in enumerate(self.buffer_names):
@@ -284,18 +312,19 @@ def _group_step(template: nn.Module, forward: Callable[[nn.Module], StackedForwa
     stacked = models.params
     if models.buffers:
         buffered_forward = vmap_forward_with_buffers(template)
-        return lambda k, idx, valid: _steps_by_rows(buffered_forward, stacked, models.buffers, momentum, config,
-                                                    valid.sum(1).tolist(), x_all, y_all, idx)
+        return lambda k, idx, valid: _steps_by_rows(buffered_forward, stacked, models.trainable, models.buffers,
+                                                    momentum, config, valid.sum(1).tolist(), x_all, y_all, idx)
     if written_out:
         layers = len(cast(MLP, template).layers)
         plain_sgd = config.momentum == 0 and config.weight_decay == 0
+        frozen = frozenset(models.names) - frozenset(models.trainable)
 
         def written_out_step(k: int, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
             params = {n: p[:k] for n, p in stacked.items()}
             buffers = None if momentum is None else {n: b[:k] for n, b in momentum.items()}
             update = None if plain_sgd else (
                 lambda n, p, g: sgd_step({n: p}, {n: g}, config, None if buffers is None else {n: buffers[n]}))
-            return mlp_sgd_step(params, layers, x_all[idx], y_all[idx], valid.to(x_all.dtype), config, update)
+            return mlp_sgd_step(params, layers, x_all[idx], y_all[idx], valid.to(x_all.dtype), config, update, frozen)
         return written_out_step
     batched_forward = (forward or stacked_forward)(template)
 
@@ -305,15 +334,16 @@ def _group_step(template: nn.Module, forward: Callable[[nn.Module], StackedForwa
         logits = batched_forward(params, x_all[idx])
         per_row = F.cross_entropy(logits.flatten(0, 1), y_all[idx].flatten(), reduction="none")
         per_device = (per_row.view(k, -1) * mask).sum(1) / mask.sum(1)
-        grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+        trained = {n: params[n] for n in models.trainable}
+        grads = torch.autograd.grad(per_device.sum(), list(trained.values()), allow_unused=True)
         with torch.no_grad():
-            sgd_step(params, dict(zip(models.names, grads, strict=True)), config,
+            sgd_step(trained, dict(zip(trained, grads, strict=True)), config,
                      None if momentum is None else {n: b[:k] for n, b in momentum.items()})
         return per_device
     return autograd_step
 
 
-def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torch.Tensor],
+def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torch.Tensor], trainable: Sequence[str],
                    buffers: dict[str, torch.Tensor], momentum: dict[str, torch.Tensor] | None,
                    config: TrainingConfig, rows: list[int], x_all: torch.Tensor, y_all: torch.Tensor,
                    idx: torch.Tensor) -> torch.Tensor:
@@ -321,7 +351,6 @@ def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torc
     of a model with buffers, ``rows[d]`` real rows in device d's batch (non-increasing): one
     batched step per run of equal row counts, on slices of the stacked parameters, buffers and
     momentum (so updates land in place), batch statistics over real rows only. Returns each device's batch loss."""
-    names = list(stacked)
     losses = torch.empty(len(rows), dtype=x_all.dtype)
     start = 0
     while start < len(rows):
@@ -333,9 +362,10 @@ def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torc
         logits = forward(params, {n: b[start:end] for n, b in buffers.items()}, x_all[take])
         loss = F.cross_entropy(logits.flatten(0, 1), y_all[take].flatten(), reduction="none").view(end - start, count)
         per_device = loss.mean(1)
-        grads = torch.autograd.grad(per_device.sum(), list(params.values()), allow_unused=True)
+        trained = {n: params[n] for n in trainable}
+        grads = torch.autograd.grad(per_device.sum(), list(trained.values()), allow_unused=True)
         with torch.no_grad():
-            sgd_step(params, dict(zip(names, grads, strict=True)), config,
+            sgd_step(trained, dict(zip(trained, grads, strict=True)), config,
                      None if momentum is None else {n: m[start:end] for n, m in momentum.items()})
         losses[start:end] = per_device.detach()
         start = end

@@ -25,13 +25,15 @@ Update = Callable[[str, torch.Tensor, torch.Tensor], None]
 
 @torch.no_grad()
 def mlp_sgd_step(params: dict[str, torch.Tensor], layers: int, x: torch.Tensor, y: torch.Tensor,
-                 mask: torch.Tensor, config: TrainingConfig, update: Update | None) -> torch.Tensor:
+                 mask: torch.Tensor, config: TrainingConfig, update: Update | None,
+                 frozen: frozenset[str] = frozenset()) -> torch.Tensor:
     """One step on ``k`` stacked MLPs: ``params`` holds ``layers.{i}.weight`` (k, out, in) and
     ``layers.{i}.bias`` (k, out), views updated in place; ``x`` (k, b, features), ``y`` (k, b),
     ``mask`` (k, b) 1 for real rows. Each device's loss is the mean cross-entropy over its real
     rows. With ``update`` None the step is plain SGD, added into the weights as the gradients
     come; otherwise ``update(name, parameter, gradient)`` applies each gradient (momentum, weight
-    decay). Returns each device's loss (k,)."""
+    decay). Parameters named in ``frozen`` keep their values, and the backward pass stops below
+    the lowest layer that still trains. Returns each device's loss (k,)."""
     inputs, pre = [], []
     h = x
     for i in range(layers):
@@ -49,15 +51,22 @@ def mlp_sgd_step(params: dict[str, torch.Tensor], layers: int, x: torch.Tensor, 
     error = log_p.exp_()
     error.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(log_p[..., :1]))
     error.mul_((mask / rows.unsqueeze(1)).unsqueeze(-1))
-    for i in reversed(range(layers)):
-        weight, bias = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
-        previous = torch.bmm(error, weight) if i > 0 else None   # with the weight before its update
-        if update is None:
-            weight.baddbmm_(error.transpose(1, 2), inputs[i], alpha=-config.lr)
-            bias.add_(error.sum(1), alpha=-config.lr)
-        else:
-            update(f"layers.{i}.weight", weight, torch.bmm(error.transpose(1, 2), inputs[i]))
-            update(f"layers.{i}.bias", bias, error.sum(1))
+    trains = [f"layers.{i}.weight" not in frozen or f"layers.{i}.bias" not in frozen for i in range(layers)]
+    lowest = trains.index(True) if any(trains) else layers
+    for i in reversed(range(lowest, layers)):
+        weight_name, bias_name = f"layers.{i}.weight", f"layers.{i}.bias"
+        weight, bias = params[weight_name], params[bias_name]
+        previous = torch.bmm(error, weight) if i > lowest else None   # with the weight before its update
+        if weight_name not in frozen:
+            if update is None:
+                weight.baddbmm_(error.transpose(1, 2), inputs[i], alpha=-config.lr)
+            else:
+                update(weight_name, weight, torch.bmm(error.transpose(1, 2), inputs[i]))
+        if bias_name not in frozen:
+            if update is None:
+                bias.add_(error.sum(1), alpha=-config.lr)
+            else:
+                update(bias_name, bias, error.sum(1))
         if previous is not None:
             error = previous.mul_(pre[i - 1] > 0)
     return per_device

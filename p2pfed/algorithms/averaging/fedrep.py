@@ -36,7 +36,8 @@ class FedRep(FedPer[FedRepOptionsT]):
         return None
 
     def train(self, round: int) -> TrainingWork:
-        """The head's epochs here (body fixed), then the body's as the job (head fixed)."""
+        """Two phases: the head's epochs (body fixed), followed by the body's (head fixed)."""
         params = dict(self.ctx.model.named_parameters())
-        self.training_job(epochs=self.options.head_epochs, trainable=[params[n] for n in self.head]).run()
-        return self.training_job(extra_loss=self.body_loss(), trainable=[params[n] for n in self.body])
+        body = self.training_job(extra_loss=self.body_loss(), trainable=[params[n] for n in self.body])
+        return self.training_job(epochs=self.options.head_epochs, trainable=[params[n] for n in self.head],
+                                 followed_by=body)
