@@ -215,7 +215,8 @@ def test_a_job_runs_the_phases_that_follow_it_alone_and_batched():
     last = [job.run() for job in alone]             # both phases, one device at a time
     for job in by_hand:
         job.train()
-    np.testing.assert_array_equal(last, [job.followed_by.train() for job in by_hand])   # run() returns the last phase's loss
+    # run() returns the last phase's loss
+    np.testing.assert_array_equal(last, [job.followed_by.train() for job in by_hand])
     _assert_same(alone, chained, last, last)
 
 

@@ -101,6 +101,24 @@ def test_only_the_sub_model_travels_and_decodes_in_place():
     assert size / full_model_bytes(model) < kept + 0.1   # bytes follow the kept parameters
 
 
+def test_a_structure_seen_before_gives_the_element_masks_built_for_it():
+    """Element masks are kept per model for the structures it has met: the same structure gives
+    the same masks, another structure (or layout) its own, as built afresh."""
+    model = _gated(hidden=(6, 4))
+    first = [np.array([1, 0, 1, 1, 0, 1], dtype=bool), np.array([1, 1, 0, 1], dtype=bool)]
+    other = [np.array([1, 1, 1, 1, 0, 0], dtype=bool), np.array([0, 1, 1, 1], dtype=bool)]
+    held = element_masks(model, first)
+    held.pop("layers.0.weight")                         # the caller's dict is its own
+    again = element_masks(model, [m.copy() for m in first])
+    assert all(again[n] is element_masks(model, first)[n] for n in again)   # built once
+    def rows_and_columns(keep):
+        return torch.as_tensor(keep[1])[:, None] & torch.as_tensor(keep[0])[None, :]
+    assert torch.equal(again["layers.1.weight"], rows_and_columns(first))
+    assert torch.equal(element_masks(model, other)["layers.1.weight"], rows_and_columns(other))
+    wider = _gated(hidden=(6, 5))
+    assert element_masks(wider, [first[0], np.ones(5, dtype=bool)])["layers.2.weight"].shape[1] == 5
+
+
 # -- the two fusions -----------------------------------------------------------------------------
 def _sub(model: MLP, keep: list[list[int]], value: float) -> SubModel:
     masks = [np.array(k, dtype=bool) for k in keep]

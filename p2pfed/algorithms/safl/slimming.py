@@ -34,7 +34,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from p2pfed.learning.cnn import CNN
 from p2pfed.learning.model import MLP
 from p2pfed.learning.training import ExtraLoss
-from p2pfed.learning.units import unit_layers
+from p2pfed.learning.units import UnitLayer, unit_layers
 
 KeepMasks = list[np.ndarray]  # one bool array per hidden layer, True where the unit is kept
 
@@ -139,11 +139,29 @@ def reads_inputs(row_shape: tuple[int, ...], cols: np.ndarray | None) -> bool:
     return True
 
 
+_ELEMENT_MASKS = "_p2pfed_safl_element_masks"   # the model's own memo of structures it has seen
+_MEMO_LIMIT = 256
+
+
 def element_masks(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]:
     """Per parameter, True where the element belongs to the pruned sub-model: an element survives
     when its unit and (for weights reading the layer before) its input unit both do (inputs and
-    classes are never pruned)."""
+    classes are never pruned). The tensors are shared, read-only: a device fuses with the same
+    few structures round after round, so each is built once per model layout."""
     layers = unit_layers(model)
+    gated = isinstance(model, MLP) and model.gates is not None
+    key = (tuple(layers), gated, tuple((len(m), np.packbits(np.asarray(m, dtype=bool)).tobytes()) for m in masks))
+    memo = model.__dict__.setdefault(_ELEMENT_MASKS, {})
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        found = memo[key] = _element_masks(model, layers, masks, gated)
+    return dict(found)
+
+
+def _element_masks(model: nn.Module, layers: Sequence[UnitLayer], masks: KeepMasks,
+                   gated: bool) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for layer, (rows, cols) in zip(layers, unit_rows(model, masks)):
         r = torch.as_tensor(rows)
@@ -152,7 +170,7 @@ def element_masks(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]
             if reads_inputs(shape, cols):
                 held = held & torch.as_tensor(cols).reshape(1, -1, *[1] * (len(shape) - 1))
             out[name] = held.expand(layer.size, *shape).clone()
-    if isinstance(model, MLP) and model.gates is not None:
+    if gated:
         for i, m in enumerate(masks):
             out[f"gates.{i}"] = torch.as_tensor(np.asarray(m, dtype=bool)).clone()
     return out
