@@ -95,9 +95,10 @@ class TrainingJob:
             out.append(out[-1].followed_by)
         return out
 
-    def trainable_names(self) -> tuple[str, ...]:
-        """The names of the parameters this job trains, in the model's order."""
-        named = list(self.model.named_parameters())
+    def trainable_names(self, named: Sequence[tuple[str, nn.Parameter]] | None = None) -> tuple[str, ...]:
+        """The names of the parameters this job trains, in the model's order (``named``: the
+        model's ``named_parameters``, when the caller has them)."""
+        named = list(self.model.named_parameters()) if named is None else named
         if self.trainable is None:
             return tuple(name for name, _ in named)
         chosen = {id(p) for p in self.trainable}
@@ -109,8 +110,9 @@ class TrainingJob:
     def group_key(self) -> tuple:
         """Jobs with equal keys can train as one batch: same model class, parameter shapes,
         trainable parameters and training configuration."""
-        shapes = tuple((name, tuple(p.shape), p.dtype) for name, p in self.model.named_parameters())
-        return (type(self.model), shapes, self.trainable_names(), self.config, self.num_epochs)
+        named = list(self.model.named_parameters())
+        shapes = tuple((name, tuple(p.shape), p.dtype) for name, p in named)
+        return (type(self.model), shapes, self.trainable_names(named), self.config, self.num_epochs)
 
     def batchable(self) -> bool:
         """Plain, with data, and a forward that runs over stacked parameters and buffers
