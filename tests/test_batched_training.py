@@ -251,9 +251,10 @@ def _f1(path) -> list[float]:
 
 
 @ONE_THREAD
-@pytest.mark.parametrize("method", ["gossip-avg", "fedsub"])
-def test_a_run_gives_the_same_results_batched_or_not(method, tmp_path, monkeypatch):
-    """A real synchronous run, 12 devices of unequal sizes (half with classes hidden at first)."""
+@pytest.mark.parametrize(("method", "phases"), [("gossip-avg", 1), ("fedsub", 1), ("fedrep", 2)])
+def test_a_run_gives_the_same_results_batched_or_not(method, phases, tmp_path, monkeypatch):
+    """A real synchronous run, 12 devices of unequal sizes (half with classes hidden at first);
+    FedRep trains in two phases (head, then body), each batched."""
     overrides = [f"algorithm.name={method}", "rounds=8", "dynamic.devices_fraction=0.5",
                  "dynamic.return_every=3", "training.momentum=0.5"]
     groups = []
@@ -262,8 +263,8 @@ def test_a_run_gives_the_same_results_batched_or_not(method, tmp_path, monkeypat
                         lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k))
     scenario = ROOT / "scenarios" / "synthetic-small.yaml"
     run_scenario(load_scenario(scenario, overrides), tmp_path / "batched", progress=False)
-    assert groups == [12] * 8    # every device, every round, in one batch
+    assert groups == [12] * 8 * phases    # every device, every round (and phase), in one batch
     run_scenario(load_scenario(scenario, [*overrides, "engine.batched_training=false"]), tmp_path / "one-at-a-time",
                  progress=False)
-    assert len(groups) == 8
+    assert len(groups) == 8 * phases
     np.testing.assert_allclose(_f1(tmp_path / "batched"), _f1(tmp_path / "one-at-a-time"), atol=1e-4)
