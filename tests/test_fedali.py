@@ -145,6 +145,31 @@ def test_kmeans_global_prototypes_are_the_centroids_of_the_neighbourhoods_local_
     torch.testing.assert_close(out, torch.tensor([[1.0, 1 / 30], [1 / 30, 1.0]]))
 
 
+def test_devices_holding_the_same_prototype_sets_cluster_them_once_and_alike():
+    """Three devices that all hear each other: whatever order a device's payloads arrived in,
+    it clusters its members in device order, so all three get the same global prototypes, the
+    k-means runs once for the three, and each is still told the work."""
+    loaded = load_scenario(SCENARIO, SMALL)
+    algos = build_algorithms(loaded, loaded.federation)[:3]
+    for algo in algos:
+        train_once(algo, 0)
+    shares = [algo.share(0) for algo in algos]
+    for i, algo in enumerate(algos):
+        for j in sorted((j for j in range(3) if j != i), reverse=i == 1):   # device 1 hears them in reverse
+            algo.receive(Received(sender=j, round=0, sent_at=0.0, received_at=0.0, payload=shares[j]))
+    clusterings = algos[0].clusterings
+    assert all(a.clusterings is clusterings for a in algos)   # one memo for the process
+    hits, told = clusterings.hits, []
+    for algo in algos:
+        told.append([])
+        algo.ctx.count_work = told[-1].append
+        fuse_once(algo, 0, 0.0)
+    assert clusterings.hits == hits + 2
+    for algo in algos[1:]:
+        assert torch.equal(algo.alp.global_prototypes, algos[0].alp.global_prototypes)
+    assert told[0] and told[0][0] > 0 and told[0] == told[1] == told[2]
+
+
 # -- the method in real runs -------------------------------------------------------------------------
 def test_fedali_mechanism_fires_in_a_simulation_run(tmp_path):
     summary = run_scenario(load_scenario(SCENARIO, SMALL + ["evaluation.generalization=true"]), tmp_path,

@@ -12,10 +12,13 @@ stop-gradient); only the GLU's weights are.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -180,3 +183,43 @@ def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float],
     if count_work is not None:
         count_work(2.0 * points.shape[0] * init.shape[0] * points.shape[1] * (int(km.n_iter_) + 1))
     return torch.as_tensor(km.cluster_centers_, dtype=local_sets[0].dtype)
+
+
+class PrototypeClusterings:
+    """``kmeans_prototypes``' results, keyed on their exact inputs (each member's local prototypes,
+    in the order given, and the weights): on a dense graph every device clusters the same sets,
+    so the devices a process simulates (``ctx.shared``) compute each once. Each caller is still
+    told the work as if it had computed it (every real device does). A bounded LRU."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self.maxsize = maxsize
+        self.hits = 0
+        self._store: OrderedDict[bytes, tuple[torch.Tensor, float]] = OrderedDict()
+
+    @staticmethod
+    def _key(local_sets: list[torch.Tensor], weights: list[float]) -> bytes:
+        digest = hashlib.blake2b(digest_size=20)
+        digest.update(np.asarray(weights, dtype=np.float64).tobytes())
+        for prototypes in local_sets:
+            array = np.ascontiguousarray(prototypes.detach().numpy())
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(array.tobytes())
+        return digest.digest()
+
+    def centroids(self, local_sets: list[torch.Tensor], weights: list[float],
+                  count_work: Callable[[float], None] | None = None) -> torch.Tensor:
+        """``kmeans_prototypes(local_sets, weights, count_work)``, computed once per content."""
+        key = self._key(local_sets, weights)
+        found = self._store.get(key)
+        if found is None:
+            told: list[float] = []
+            found = (kmeans_prototypes(local_sets, weights, count_work=told.append), sum(told))
+            self._store[key] = found
+            if len(self._store) > self.maxsize:
+                self._store.popitem(last=False)
+        else:
+            self.hits += 1
+            self._store.move_to_end(key)
+        if count_work is not None:
+            count_work(found[1])
+        return found[0].clone()

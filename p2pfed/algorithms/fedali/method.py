@@ -39,7 +39,7 @@ from torch import nn
 
 from p2pfed.algorithms.base import (Algorithm, DeviceContext, FusionWork, Options, Payload, Received, TrainingWork,
                                     expect_array, run_facts)
-from p2pfed.algorithms.fedali.alignment import ALPLayer, AlignedMLP, AlignedModel, kmeans_prototypes
+from p2pfed.algorithms.fedali.alignment import ALPLayer, AlignedMLP, AlignedModel, PrototypeClusterings
 from p2pfed.algorithms.model_payload import averaging_job, model_payload, model_tensors, sample_count
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import model_state
@@ -106,6 +106,8 @@ class FedAli(Algorithm[FedAliOptions]):
         self.weights = [name for name, _ in self.net.named_parameters()]
         self.numbers: dict[str, float] = {}            # the latest round's mechanism statistics
         self.reset_due = False   # a fusion brought global prototypes the next training starts from
+        # One memo of the global prototypes' k-means for every device in the process (content-keyed).
+        self.clusterings: PrototypeClusterings = ctx.shared.setdefault("fedali/clustering", PrototypeClusterings())
 
     @property
     def alp(self) -> ALPLayer:
@@ -154,9 +156,13 @@ class FedAli(Algorithm[FedAliOptions]):
         # A second fusion before the device trained again clusters the prototypes it will train
         # from: after a reset that is due, the global ones.
         mine = self.alp.global_prototypes if self.reset_due else self.alp.local_prototypes
-        sets = [mine] + [
-            torch.from_numpy(np.array(r.payload.tensors[PROTOTYPES], dtype=np.float32)) for r in fresh]
-        new_global = kmeans_prototypes(sets, [own, *counts], count_work=self.ctx.count_work)
+        # The members in device order, so that neighbours holding one set cluster it alike.
+        members = [((self.ctx.device.device_id, -1, 0.0), mine, own)]
+        members += [((r.sender, r.round, r.sent_at), _prototypes(r), n) for r, n in zip(fresh, counts)]
+        members.sort(key=lambda m: m[0])
+        sets = [prototypes for _, prototypes, _ in members]
+        new_global = self.clusterings.centroids(sets, [weight for _, _, weight in members],
+                                                count_work=self.ctx.count_work)
         with torch.no_grad():
             shift = _mean_row_distance(self.alp.global_prototypes, new_global)
             self.alp.global_prototypes.copy_(new_global)
@@ -185,6 +191,10 @@ class FedAli(Algorithm[FedAliOptions]):
         self.alp.load_state_dict(state["alp"])
         self.numbers = {k: float(v) for k, v in state["numbers"].items()}
         self.reset_due = bool(state["reset_due"])
+
+
+def _prototypes(received: Received) -> torch.Tensor:
+    return torch.from_numpy(np.array(received.payload.tensors[PROTOTYPES], dtype=np.float32))
 
 
 def _mean_row_distance(a: torch.Tensor, b: torch.Tensor) -> float:
