@@ -428,6 +428,26 @@ def test_adam_training_is_torchs_adam_step_for_step():
     assert not torch.equal(next(sgd.parameters()), next(reference.parameters()))
 
 
+def test_adam_in_many_tensors_at_once_is_adam_one_tensor_at_a_time_bit_for_bit():
+    """``make_adam`` (torch's foreach form) against the default CPU loop, with weight decay and a
+    parameter that gets no gradient in some steps (it is skipped, as the loop skips it)."""
+    from p2pfed.learning.training import TrainingConfig, make_adam
+    config = TrainingConfig(lr=0.003, weight_decay=0.01, optimizer="adam")
+    streams = torch.Generator().manual_seed(3)
+    start = [torch.randn(shape, generator=streams) for shape in [(7, 5), (7,), (3, 7), (300, 40)]]
+    ours, loop = ([torch.nn.Parameter(p.clone()) for p in start] for _ in range(2))
+    steppers = [make_adam(ours, config), torch.optim.Adam(loop, lr=0.003, weight_decay=0.01, foreach=False)]
+    for step in range(25):
+        grads = [None if (i == 2 and step % 3 == 0) else torch.randn(p.shape, generator=streams)
+                 for i, p in enumerate(start)]
+        for params, adam in zip((ours, loop), steppers):
+            for p, g in zip(params, grads):
+                p.grad = None if g is None else g.clone()
+            adam.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours, loop))
+    assert not torch.equal(ours[2].detach(), start[2])
+
+
 @pytest.mark.parametrize("method", ["fedali", "fedpews"])
 def test_training_optimizer_adam_trains_every_device_with_adam(tmp_path, method):
     """FedAli's paper trains every method with Adam (Sec. 5.1): FedAli's aligned network through

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from p2pfed.learning.training import TrainingConfig
+from p2pfed.learning.training import TrainingConfig, make_adam
 from p2pfed.learning.units import UnitLayer, unit_layers
 
 UnitMasks = list[torch.Tensor]     # one mask per hidden layer (bool, or float under the STE)
@@ -137,8 +137,7 @@ def train_subnetwork(model: nn.Module, units: Sequence[torch.Tensor], x: torch.T
     if n == 0:
         return float("nan")
     opt: torch.optim.Optimizer = (
-        torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        if config.optimizer == "adam" else
+        make_adam(model.parameters(), config) if config.optimizer == "adam" else
         torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay))
     learned = list(scores) if scores is not None else []
     for s in learned:
