@@ -27,6 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from generated_files import with_block, write_or_check
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RESULTS = ROOT / "bench" / "results"
@@ -122,24 +124,12 @@ def section() -> str:
     return "\n".join([*out, "", END])
 
 
-def readme_with(text: str, table: str) -> str:
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[:start] + table + text[end:]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when the README differs")
     args = parser.parse_args(argv)
-    text = README.read_text()
-    wanted = readme_with(text, section())
-    if args.check:
-        if text != wanted:
-            print("stale: README.md: run python bench/performance_table.py", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(wanted)
-    return 0
+    wanted = {README: with_block(README.read_text(), BEGIN, END, section())}
+    return write_or_check(wanted, args.check, "python bench/performance_table.py")
 
 
 if __name__ == "__main__":

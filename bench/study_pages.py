@@ -16,6 +16,7 @@ from typing import Any
 
 import study_power
 import study_results
+from generated_files import write_or_check
 
 from p2pfed.scenario.fields import yaml_text
 
@@ -230,17 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is stale")
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in pages().items():
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(path.name)
-        else:
-            path.write_text(text)
-    if stale:
-        print(f"stale pages (run python bench/study_pages.py): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(pages(), args.check, "python bench/study_pages.py")
 
 
 if __name__ == "__main__":

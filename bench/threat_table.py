@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from generated_files import with_block, write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -195,27 +196,13 @@ def section(rows: list[dict[str, str]]) -> str:
     return "\n".join(out)
 
 
-def readme_with(text: str, table: str) -> str:
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[:start] + table + text[end:]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs")
     args = parser.parse_args(argv)
     rows = read_studies()
-    text = README.read_text()
-    wanted = {README: readme_with(text, section(rows)), TABLES: tables_page(rows)}
-    if args.check:
-        stale = [p.name for p, new in wanted.items() if not p.is_file() or p.read_text() != new]
-        if stale:
-            print(f"stale: {', '.join(stale)}: run python bench/threat_table.py", file=sys.stderr)
-            return 1
-        return 0
-    for path, new in wanted.items():
-        path.write_text(new)
-    return 0
+    wanted = {README: with_block(README.read_text(), BEGIN, END, section(rows)), TABLES: tables_page(rows)}
+    return write_or_check(wanted, args.check, "python bench/threat_table.py")
 
 
 if __name__ == "__main__":
