@@ -58,8 +58,9 @@ def _minutes_for_100_rounds(row: dict[str, str]) -> float:
 
 def scale_cell(path: Path, minutes: float, gib: float) -> tuple[str, str]:
     """Per method: 100 rounds' projected minutes and the peak, or why the run did not happen."""
+    rows = _scale_rows(path)
     parts, met = [], True
-    for row in _scale_rows(path):
+    for row in rows:
         if row["error"]:
             needs = re.search(r"needs about ([\d.]+ GiB)", row["error"])
             why = f"refused before it starts, needs about {needs.group(1)}" if needs else row["error"][:80]
@@ -69,7 +70,7 @@ def scale_cell(path: Path, minutes: float, gib: float) -> tuple[str, str]:
         projected, peak = _minutes_for_100_rounds(row), float(row["peak_rss_mib"]) / 1024
         parts.append(f"{row['method']} {projected:.0f} min, {peak:.1f} GiB")
         met = met and projected <= minutes and peak <= gib
-    rounds = "/".join(sorted({row["rounds"] for row in _scale_rows(path)}))
+    rounds = "/".join(sorted({row["rounds"] for row in rows}))
     return f"projected from {rounds} rounds: " + "; ".join(parts), "yes" if met else "no"
 
 
