@@ -66,7 +66,61 @@ def test_averaging_many_devices_at_once_equals_one_at_a_time(graph, n, dense, sh
                 assert torch.equal(b[name], a[name])
 
 
-def test_row_jobs_and_follow_up_work_run_one_at_a_time_after_the_values_are_in():
+def _subnetworks(rng, n, shapes=SHAPES):
+    """What every device sent as FedSub sends it: some rows of each layer (``SomeRows``), one
+    object per message that all its receivers share."""
+    out = []
+    for arrays in _broadcasts(rng, n, shapes):
+        rows = {name: rng.random(shapes[name][0]) < 0.7 for name in shapes}
+        out.append(batched_fusion.SomeRows({k: arrays[k][rows[k]] for k in shapes}, rows, dict(shapes)))
+    return out
+
+
+def _row_jobs(devices, sent, neighbours, seed):
+    """Each device's fusion of a few class clusters of itself (its own snapshot) and some of its
+    neighbours, weighted per member and row (``row_fusion_job``)."""
+    rng, jobs = np.random.default_rng(seed), []
+    for i, own in enumerate(devices):
+        members = [{k: v.clone() for k, v in own.items()}, *(sent[j] for j in neighbours[i])]
+        clusters = []
+        for _ in range(3):
+            picked = [0, *sorted(rng.choice(np.arange(1, len(members)), size=min(3, len(members) - 1), replace=False))]
+            clusters.append(ClassCluster(picked, rng.random((len(picked), 9 + 4)) < 0.8,
+                                         rng.integers(1, 5, len(picked)).tolist()))
+        jobs.append(row_fusion_job(own, members, clusters, "cluster-avg", LAYERS))
+    return jobs
+
+
+@pytest.mark.parametrize(("graph", "n", "dense"), [("complete", 12, True), ("ring", 60, False)],
+                         ids=["complete", "long-ring"])
+def test_fusing_rows_of_many_devices_at_once_equals_one_at_a_time(graph, n, dense, monkeypatch):
+    """FedSub's fusions (a weight per member and row, received subnetworks read in place) of
+    devices that share their peers' messages run as one product per parameter, batched over its
+    rows, equal to each device's own float64 sums within float32 rounding; where they share too
+    little (a long ring) each runs alone, bit for bit."""
+    neighbours = {i: [j for j in range(n) if j != i] if graph == "complete" else [(i - 1) % n, (i + 1) % n]
+                  for i in range(n)}
+    rng = np.random.default_rng(4)
+    start, sent = [_params(rng) for _ in range(n)], _subnetworks(rng, n)
+    alone = [{k: v.clone() for k, v in p.items()} for p in start]
+    together = [{k: v.clone() for k, v in p.items()} for p in start]
+    for job in _row_jobs(alone, sent, neighbours, 5):
+        job.run()
+    products = []
+    real = batched_fusion._dense
+    monkeypatch.setattr(batched_fusion, "_dense", lambda name, jobs: products.append(len(jobs)) or real(name, jobs))
+    monkeypatch.setattr(batched_fusion, "WEIGHTS_AT_ONCE", 9 * 12 * 5)   # the weight row-chunks too
+    run_fusion_jobs(_row_jobs(together, sent, neighbours, 5))
+    assert products == ([n] * len(SHAPES) if dense else [])
+    for a, b, s in zip(alone, together, start, strict=True):
+        for name in SHAPES:
+            assert not torch.equal(a[name], s[name])   # the fusion changed something
+            torch.testing.assert_close(b[name], a[name], rtol=1e-6, atol=1e-6)
+            if not dense:
+                assert torch.equal(b[name], a[name])
+
+
+def test_follow_up_work_runs_after_the_values_are_in():
     rng = np.random.default_rng(2)
     own, members = _params(rng), [_params(rng) for _ in range(3)]
     units = rng.random((3, 9 + 4)) < 0.5

@@ -10,15 +10,15 @@ together.
 Together pays when members are shared: in a synchronous round every receiver of a broadcast holds
 the same decoded arrays, so for a parameter whose member weights are equal on every row, all the
 devices' sums are one matrix product, (devices × shared members) @ (shared members × values),
-plus each device's own weight times its own value. On the quickstart (36 devices, 6 neighbours
-each) that cut gossip averaging's fusion from ~18 to ~6 ms a round, and on a complete graph of
-36 devices from ~80 to ~10 ms. The product is chosen only where it does at most
-``DENSE_WORK_FACTOR`` times the multiply-adds the jobs need — a dense product runs about that
-much faster per multiply-add than one pass per member, measured — so a sparse graph of thousands
-of devices (each with a handful of members out of thousands) keeps one job at a time. The product
-runs in the parameters' dtype (float32): converting every member to float64 first cost more than
-the product itself on this memory-bound machine; it differs from the float64 path by a few units
-in the last place, which a test bounds.
+plus each device's own terms (its own weight times its own value, and the members no other
+device holds). Where the weights differ row by row (FedSub), it is one such product per row, run
+as one batched product over the rows. The product is chosen only where it does at most
+``DENSE_WORK_FACTOR`` times the multiply-adds the jobs need (a dense product runs about that much
+faster per multiply-add than one pass per member), so a sparse graph of thousands of devices
+(each with a handful of members out of thousands) keeps one job at a time. The product runs in
+the parameters' dtype (float32): converting every member to float64 first cost more than the
+product itself on a memory-bound machine; it differs from the float64 path by a few units in the
+last place, which a test bounds.
 
 A member may hold only some rows of a parameter (``SomeRows``: a peer's subnetwork, as it
 arrived): a job rebuilds its dense form in one reused buffer as it sums, so no zero-filled copy
@@ -28,6 +28,7 @@ of a received message is kept.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ import torch
 Source = torch.Tensor | np.ndarray
 DENSE_WORK_FACTOR = 16
 STACK_BELOW = 4096   # parameters smaller than this are fused as one stacked reduction (``FusionJob.run``)
+WEIGHTS_AT_ONCE = 1 << 22   # (rows × jobs × sources) weights held at once by ``_dense``; more: jobs in chunks
 
 
 @contextmanager
@@ -133,7 +135,8 @@ class FusionJob:
     then: list[Callable[[], None]] = field(default_factory=list)
     prep_flops: float = 0.0
     _nonzero: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
-    _split: dict[int, tuple[float, list[tuple[int, float]]]] = field(default_factory=dict, repr=False)
+    _split: dict[str, tuple[np.ndarray, list[Mapping[str, Source]], np.ndarray, list[int]]] = field(
+        default_factory=dict, repr=False)
 
     def nonzero_members(self, name: str) -> np.ndarray:
         """The members with a weight for ``name`` (computed once per weight array)."""
@@ -195,16 +198,18 @@ def weighted_mean_job(targets: dict[str, torch.Tensor], own_weight: float,
 
 
 def run_fusion_jobs(jobs: Sequence[FusionJob]) -> None:
-    """Every job's fusion: those that weigh each member once, together when the product pays
-    (see the module doc), the rest one job at a time."""
-    together = [job for job in jobs if all(c.ndim == 1 for c in job.coef.values())]
-    names = sorted({n for job in together for n in job.coef})
-    if len(together) < 2 or not _dense_pays(together, names):
-        together = []
-    with _reading_arrays():
-        for name in names if together else []:
-            _dense(name, [job for job in together if name in job.coef])
-    done = {id(job) for job in together}
+    """Every job's fusion: those of one kind (a weight per member, or per member and row) together
+    where the product pays (see the module doc), the rest one job at a time."""
+    done: set[int] = set()
+    for per_row in (False, True):
+        together = [job for job in jobs if all((c.ndim == 2) == per_row for c in job.coef.values())]
+        names = sorted({n for job in together for n in job.coef})
+        if len(together) < 2 or not _dense_pays(together, names):
+            continue
+        with _reading_arrays():
+            for name in names:
+                _dense(name, [job for job in together if name in job.coef])
+        done.update(id(job) for job in together)
     for job in jobs:
         if id(job) in done:
             job.finish()
@@ -212,21 +217,29 @@ def run_fusion_jobs(jobs: Sequence[FusionJob]) -> None:
             job.run()
 
 
-def _split(job: FusionJob, name: str) -> tuple[float, list[tuple[Source, float]]]:
-    """The target's own weight for ``name``, and (value, weight) of every other member with one.
-    The weights are worked out once per weight array (averaging shares one across parameters);
-    which member is the target itself is the same for every parameter."""
-    c, target = job.coef[name], job.targets[name]
-    plan = job._split.get(id(c))
+def _stored(member: Mapping[str, Source], name: str) -> object:
+    """What holds ``member[name]``'s values, found without building a dense copy: every receiver
+    of one decoded message holds the same one, and a target is its own."""
+    return member.compact[name] if isinstance(member, SomeRows) else member[name]
+
+
+def _split(job: FusionJob, name: str) -> tuple[np.ndarray, list[Mapping[str, Source]], np.ndarray, list[int]]:
+    """For ``name``: the target's own weights (one per row, or one), every other member with a
+    weight, their weights (members × rows, or × 1) and the identity of what holds each one's
+    values (``_stored``). Worked out once per job and parameter."""
+    plan = job._split.get(name)
     if plan is None:
-        own, others = 0.0, []
+        c, target = job.coef[name], job.targets[name]
+        rows = c.reshape(c.shape[0], -1)   # members × rows (one row: a weight per member)
+        own, others = np.zeros(rows.shape[1], dtype=np.float64), []
         for m in job.nonzero_members(name).tolist():
-            if job.members[m][name] is target:
-                own += float(c[m])
+            if _stored(job.members[m], name) is target:
+                own = own + rows[m]
             else:
-                others.append((m, float(c[m])))
-        plan = job._split[id(c)] = (own, others)
-    return plan[0], [(job.members[m][name], w) for m, w in plan[1]]
+                others.append(m)
+        members = [job.members[m] for m in others]
+        plan = job._split[name] = (own, members, rows[others], [id(_stored(member, name)) for member in members])
+    return plan
 
 
 def _dense_pays(jobs: Sequence[FusionJob], names: list[str]) -> bool:
@@ -234,38 +247,61 @@ def _dense_pays(jobs: Sequence[FusionJob], names: list[str]) -> bool:
     dense = 0
     for name in names:
         users = [job for job in jobs if name in job.coef]
-        shared = {id(value) for job in users for value, _ in _split(job, name)[1]}
-        dense += len(users) * (len(shared) + 1)   # the product, and each target's own term
+        held = Counter(key for job in users for key in _split(job, name)[3])
+        shared = sum(1 for count in held.values() if count > 1)
+        dense += len(users) * (shared + 1) + (len(held) - shared)   # the product, and each job's own terms
     return dense <= DENSE_WORK_FACTOR * needed
 
 
 def _dense(name: str, jobs: Sequence[FusionJob]) -> None:
     """One parameter of every job: (jobs × shared members) @ (shared members × values), plus each
-    target's own weight times its own value, in place (a target is never a shared member)."""
+    job's own terms (its target's own weight times its own value, and the members no other job
+    holds), in place (a target is never a shared member). With a weight per member and row, one
+    such product per row (``torch.bmm`` over the rows); a weight per member is a single row
+    spanning the whole parameter."""
+    splits = [_split(job, name) for job in jobs]
+    keys = [job_keys for _, _, _, job_keys in splits]
+    held = Counter(key for job_keys in keys for key in job_keys)
     index: dict[int, int] = {}
-    sources: list[torch.Tensor] = []
-    at_job, at_source, weight = [], [], []
-    own = np.zeros(len(jobs), dtype=np.float64)
-    dtype = jobs[0].targets[name].dtype
-    for j, job in enumerate(jobs):
-        own[j], shared = _split(job, name)
-        for value, w in shared:
-            k = index.get(id(value))
-            if k is None:
-                k = index[id(value)] = len(sources)
-                sources.append(_as_tensor(value).reshape(-1).to(dtype))
-            at_job.append(j)
-            at_source.append(k)
-            weight.append(w)
-    fused = None
-    if sources:
-        weights = np.zeros((len(jobs), len(sources)), dtype=np.float64)
-        np.add.at(weights, (np.asarray(at_job), np.asarray(at_source)), np.asarray(weight))
-        stacked = torch.stack(sources)
-        fused = torch.from_numpy(weights).to(dtype) @ stacked
-    with torch.no_grad():
-        for j, job in enumerate(jobs):
-            target = job.targets[name]
-            target.mul_(float(own[j]))
-            if fused is not None:
-                target.add_(fused[j].view(target.shape))
+    sources: list[Mapping[str, Source]] = []
+    for (_, members, _, _), job_keys in zip(splits, keys, strict=True):
+        for member, key in zip(members, job_keys, strict=True):
+            if held[key] > 1 and key not in index:
+                index[key] = len(sources)
+                sources.append(member)
+    target0 = jobs[0].targets[name]
+    per_row = jobs[0].coef[name].ndim == 2
+    rows = target0.shape[0] if per_row else 1
+
+    def scale(weights: np.ndarray, target: torch.Tensor) -> torch.Tensor | float:
+        """Weights that multiply ``target`` row by row, or its one weight."""
+        if per_row:
+            return torch.from_numpy(weights).to(target.dtype).view(rows, *[1] * (target.dim() - 1))
+        return float(weights[0])
+
+    stacked = torch.stack([_as_tensor(member[name]).reshape(rows, -1).to(target0.dtype) for member in sources],
+                          dim=1) if sources else None   # rows × sources × values per row
+    step = max(1, WEIGHTS_AT_ONCE // max(1, rows * len(sources)))
+    for first in range(0, len(jobs), step):
+        chunk = range(first, min(first + step, len(jobs)))
+        fused = None
+        if stacked is not None:
+            weights = torch.zeros((rows, len(chunk), len(sources)), dtype=target0.dtype)
+            for j in chunk:
+                at = [(i, index[key]) for i, key in enumerate(keys[j]) if key in index]
+                if at:
+                    mine, theirs = zip(*at)
+                    values = torch.from_numpy(splits[j][2][list(mine)]).to(weights.dtype)
+                    weights[:, j - first].index_add_(1, torch.tensor(theirs), values.T)
+            product = weights[0] @ stacked[0] if rows == 1 else torch.bmm(weights, stacked)
+            fused = product.reshape(rows, len(chunk), -1)
+        with torch.no_grad():
+            for j in chunk:
+                target = jobs[j].targets[name]
+                own, members, w, _ = splits[j]
+                target.mul_(scale(own, target))
+                for member, key, w_m in zip(members, keys[j], w, strict=True):
+                    if key not in index:   # held by this job alone
+                        target.add_(_as_tensor(member[name]).to(target.dtype) * scale(w_m, target))
+                if fused is not None:
+                    target.add_(fused[:, j - first].reshape(target.shape))
