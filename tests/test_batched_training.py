@@ -208,6 +208,44 @@ def test_a_round_in_phases_trains_each_phase_batched_as_each_device_alone(config
     _assert_same(loop, batched, loop_head_losses + [job.followed_by.train() for job in loop], head_losses + body_losses)
 
 
+def _masked(jobs: list[TrainingJob]) -> list[TrainingJob]:
+    """Each device with its own gradient masks on two parameters: about half their elements frozen."""
+    out = []
+    for i, job in enumerate(jobs):
+        named = list(job.model.named_parameters())
+        pick = torch.Generator().manual_seed(i)
+        masks = {name: (torch.rand(p.shape, generator=pick) < 0.5).float() for name, p in (named[0], named[-1])}
+        out.append(replace(job, gradient_masks=masks))
+    return out
+
+
+@pytest.mark.parametrize("config", CONFIGS[1:3], ids=["e3-b7", "e2-b10-momentum"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_masked_gradients_train_batched_as_each_device_alone(config, kind):
+    """Jobs whose gradients are masked (a pruned sub-model's training) are one batch, the masked
+    elements keep their bits, the others train, and the result equals each device alone."""
+    make = (lambda: _jobs(config)) if kind == "mlp" else (lambda: _cnn_jobs(config, [1, 6, 6]))
+    loop, batched = _masked(make()), _masked(make())
+    start = [{n: p.detach().clone() for n, p in job.model.named_parameters()} for job in batched]
+    groups = []
+    real = batched_training.train_group
+    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
+    try:
+        losses = train_jobs(batched)
+    finally:
+        batched_training.train_group = real
+    assert groups == [len(SIZES) - 1]   # every device with data, one batch
+    for job, before in zip(batched, start, strict=True):
+        if not job.x.shape[0]:
+            continue
+        params = dict(job.model.named_parameters())
+        for name, mask in (job.gradient_masks or {}).items():
+            now = params[name].detach()
+            assert torch.equal(now[mask == 0], before[name][mask == 0]), name
+            assert not torch.equal(now[mask == 1], before[name][mask == 1]), name
+    _assert_same(loop, batched, [job.run() for job in loop], losses)
+
+
 def test_a_job_runs_the_phases_that_follow_it_alone_and_batched():
     chained, alone, by_hand = _phased(CONFIGS[0]), _phased(CONFIGS[0]), _phased(CONFIGS[0])
     assert [len(job.phases()) for job in alone] == [2] * len(SIZES)
@@ -268,3 +306,30 @@ def test_a_run_gives_the_same_results_batched_or_not(method, phases, tmp_path, m
                  progress=False)
     assert len(groups) == 8 * phases
     np.testing.assert_allclose(_f1(tmp_path / "batched"), _f1(tmp_path / "one-at-a-time"), atol=1e-4)
+
+
+@ONE_THREAD
+def test_safl_trains_its_pruned_sub_model_batched_in_a_real_run(tmp_path, monkeypatch):
+    """SAFL's stage two (the fixed sub-model, its pruned units frozen by gradient masks) is one
+    batch a round in a real run, and the run ends as one device at a time does."""
+    overrides = ["algorithm.name=safl", "rounds=8", "algorithm.target_rate=0.2", "algorithm.fine_tune_epochs=1"]
+    groups = []
+    real = batched_training.train_group
+    monkeypatch.setattr(batched_training, "train_group",
+                        lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k))
+    scenario = ROOT / "scenarios" / "synthetic-small.yaml"
+    run_scenario(load_scenario(scenario, overrides), tmp_path / "batched", progress=False)
+    assert len(groups) >= 4 and set(groups) == {12}   # the rounds past stage one, every device in one batch
+    stage_two = len(groups)
+    run_scenario(load_scenario(scenario, [*overrides, "engine.batched_training=false"]), tmp_path / "one-at-a-time",
+                 progress=False)
+    assert len(groups) == stage_two
+    np.testing.assert_allclose(_f1(tmp_path / "batched"), _f1(tmp_path / "one-at-a-time"), atol=1e-4)
+
+
+def test_a_gradient_mask_for_no_parameter_or_of_the_wrong_shape_is_refused():
+    job = _jobs(CONFIGS[0])[0]
+    with pytest.raises(ValueError, match=r"not parameters of the model.*|.*\['nope'\]"):
+        replace(job, gradient_masks={"nope": torch.ones(3)}).run()
+    with pytest.raises(ValueError, match="gradient mask for 'layers.0.bias' has shape"):
+        replace(job, gradient_masks={"layers.0.bias": torch.ones(3)}).run()

@@ -19,6 +19,7 @@ from p2pfed.device import full_model_bytes
 from p2pfed.engine.runner import run_scenario
 from p2pfed.algorithms.safl.heterogeneous import SubModel, fuse_cluster, preserve_personal
 from p2pfed.learning.model import MLP
+from p2pfed.learning.training import TrainingConfig, train_epochs
 from p2pfed.algorithms.safl.slimming import (
     element_masks,
     kept_parameter_fraction,
@@ -70,11 +71,14 @@ def test_a_pruned_unit_stays_out_while_frozen_and_can_come_back_after_recovery()
     zero_pruned_factors(model, masks)
     x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
     before = model(x).detach()
-    with pruned_units_frozen(model, masks):
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-    for g, m in zip(model.gates, masks):
-        assert torch.all(g.grad[torch.as_tensor(~m)] == 0)   # pruned units get no gradient
-    model.zero_grad()
+    frozen = pruned_units_frozen(model, masks)
+    gates = [g.detach().clone() for g in model.gates]
+    train_epochs(model, x, y, TrainingConfig(epochs=3, batch_size=8, lr=0.5), torch.Generator().manual_seed(0),
+                 gradient_masks=frozen)
+    for g, old, m in zip(model.gates, gates, masks):
+        assert torch.equal(g.detach()[torch.as_tensor(~m)], old[torch.as_tensor(~m)])   # pruned units do not train
+        assert not torch.equal(g.detach()[torch.as_tensor(m)], old[torch.as_tensor(m)])
+    before = model(x).detach()
     torch.nn.functional.cross_entropy(model(x), y).backward()  # recovered: factor 0 still learns
     assert any(bool((g.grad[torch.as_tensor(~m)] != 0).any()) for g, m in zip(model.gates, masks))
     # Pruning through the gates is exact: the dense model equals the sub-model on the wire.

@@ -19,6 +19,7 @@ from p2pfed.algorithms.safl.slimming import (element_masks, factor_names, gate_v
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN
+from p2pfed.learning.training import TrainingConfig, train_epochs
 from p2pfed.scenario.build import build_algorithm
 from p2pfed.scenario.loader import load_scenario
 from p2pfed.scenario.errors import ScenarioError
@@ -102,13 +103,14 @@ def test_pruned_channels_stay_out_while_frozen_and_come_back_with_scale_zero():
     masks = slim_masks(gate_values(model), 0.4)
     shifts = zero_pruned_factors(model, masks)
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
-    with pruned_units_frozen(model, masks):
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-    for (conv, bn, _), m in zip(model.blocks(), masks):
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters()}
+    train_epochs(model, x, y, TrainingConfig(epochs=3, batch_size=8, lr=0.5), torch.Generator().manual_seed(0),
+                 gradient_masks=pruned_units_frozen(model, masks))
+    for (conv, bn, _), m, at in zip(model.blocks(), masks, (0, 4)):
         off = torch.as_tensor(~m)
-        assert torch.all(bn.weight.grad[off] == 0) and torch.all(bn.bias.grad[off] == 0)
-        assert torch.all(conv.weight.grad[off] == 0)                           # the filter learns nothing either
-    model.zero_grad()
+        for name in (f"body.{at + 1}.weight", f"body.{at + 1}.bias", f"body.{at}.weight"):   # the filter too
+            assert torch.equal(dict(model.named_parameters())[name].detach()[off], frozen[name][off]), name
+        assert not torch.equal(bn.weight.detach()[~off], frozen[f"body.{at + 1}.weight"][~off])
     recover_units(model, masks, shifts)                                        # ModelRecover
     for (_, bn, _), m in zip(model.blocks(), masks):
         off = torch.as_tensor(~m)

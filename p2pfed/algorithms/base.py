@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import weakref
 from abc import ABC
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, get_args, get_origin
 
@@ -410,17 +410,20 @@ class Algorithm(ABC, Generic[OptionsT]):
                      y: torch.Tensor | None = None, *, epochs: int | None = None,
                      extra_loss: ExtraLoss | None = None, trainable: Sequence[nn.Parameter] | None = None,
                      then: Callable[[], None] | None = None,
-                     followed_by: TrainingJob | None = None) -> TrainingJob:
+                     followed_by: TrainingJob | None = None,
+                     gradient_masks: Mapping[str, torch.Tensor] | None = None) -> TrainingJob:
         """A training job on this device's streams: by default plain SGD of ``ctx.model`` on its
         training data for the configured epochs. ``trainable`` trains only those parameters;
-        ``extra_loss`` makes it a job the runtime runs alone; ``then`` runs once it has trained;
-        ``followed_by`` is the next phase, trained once every device has finished this one."""
+        ``gradient_masks`` (0/1 by parameter name) only those elements; ``extra_loss`` makes it a
+        job the runtime runs alone; ``then`` runs once it has trained; ``followed_by`` is the next
+        phase, trained once every device has finished this one."""
         ctx = self.ctx
         return TrainingJob(ctx.model if model is None else model,
                            ctx.x_train if x is None else x, ctx.y_train if y is None else y,
                            ctx.training, ctx.torch_generator, epochs=epochs, extra_loss=extra_loss,
                            trainable=None if trainable is None else tuple(trainable),
-                           model_generator=ctx.model_rng, then=then, followed_by=followed_by)
+                           model_generator=ctx.model_rng, then=then, followed_by=followed_by,
+                           gradient_masks=gradient_masks)
 
     def drop_stale(self, now: float, max_age_s: float | None) -> list[Hashable]:
         """Forget cached payloads older than ``max_age_s`` (a TTL); returns the keys dropped."""

@@ -25,7 +25,7 @@ are contiguous slices: every full batch together, then each partial size), never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -49,7 +49,9 @@ class TrainingJob:
     (default all) change. A *plain* job — cross-entropy by SGD, no ``extra_loss`` — can be batched
     with other devices' (``train_jobs``); any other runs alone. ``then`` runs once it has trained,
     and ``followed_by`` trains after that: a round in phases (a head, then a body), each phase
-    batched across the devices that have it."""
+    batched across the devices that have it. ``gradient_masks`` (by parameter name, 0/1 of its
+    shape) multiply those gradients before every step, so masked elements stay as they are
+    (a pruned sub-model trains, its pruned units frozen)."""
 
     model: nn.Module
     x: torch.Tensor
@@ -62,6 +64,7 @@ class TrainingJob:
     model_generator: torch.Generator | None = None
     then: Callable[[], None] | None = None
     followed_by: TrainingJob | None = None
+    gradient_masks: Mapping[str, torch.Tensor] | None = None
 
     @property
     def num_epochs(self) -> int:
@@ -82,7 +85,7 @@ class TrainingJob:
         return train_epochs(self.model, self.x, self.y, self.config, self.generator,
                             extra_loss=self.extra_loss, epochs=self.epochs,
                             trainable=None if self.trainable is None else list(self.trainable),
-                            model_generator=self.model_generator)
+                            model_generator=self.model_generator, gradient_masks=self.gradient_masks)
 
     def finish(self) -> None:
         if self.then is not None:
@@ -109,10 +112,11 @@ class TrainingJob:
 
     def group_key(self) -> tuple:
         """Jobs with equal keys can train as one batch: same model class, parameter shapes,
-        trainable parameters and training configuration."""
+        trainable parameters, masked gradients and training configuration."""
         named = list(self.model.named_parameters())
         shapes = tuple((name, tuple(p.shape), p.dtype) for name, p in named)
-        return (type(self.model), shapes, self.trainable_names(named), self.config, self.num_epochs)
+        masked = tuple(sorted(self.gradient_masks or ()))
+        return (type(self.model), shapes, self.trainable_names(named), masked, self.config, self.num_epochs)
 
     def batchable(self) -> bool:
         """Plain, with data, and a forward that runs over stacked parameters and buffers
@@ -242,7 +246,7 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
     jobs = [jobs[i] for i in order]
     sizes = [sizes[i] for i in order]
     template = jobs[0].model
-    written_out = forward is None and type(template) is MLP and template.gates is None
+    written_out = forward is None and type(template) is MLP and template.gates is None and not jobs[0].gradient_masks
     models = _StackedModels(jobs, jobs[0].trainable_names(), requires_grad=not written_out)
     momentum = ({n: torch.zeros_like(models.params[n]) for n in models.trainable} if config.momentum != 0 else None)
 
@@ -289,6 +293,14 @@ class _StackedModels:
             self.buffers = {n: torch.stack([b[k] for b in self.own_buffers]) for k, n in enumerate(self.buffer_names)}
         for n in self.trainable:
             self.params[n].requires_grad_(requires_grad)
+        masked = sorted(set(jobs[0].gradient_masks or ()) & set(self.trainable))
+        self.gradient_masks = {n: torch.stack([cast(Mapping[str, torch.Tensor], j.gradient_masks)[n]
+                                               for j in jobs]).to(self.params[n].dtype) for n in masked}
+
+    def masked(self, grads: dict[str, torch.Tensor | None], devices: slice) -> dict[str, torch.Tensor | None]:
+        """``grads`` of the ``devices`` with their gradient masks applied (``TrainingJob``)."""
+        return {n: g if g is None or n not in self.gradient_masks else g * self.gradient_masks[n][devices]
+                for n, g in grads.items()}
 
     def write_back(self) -> None:
         with torch.no_grad():
@@ -314,8 +326,8 @@ def _group_step(template: nn.Module, forward: Callable[[nn.Module], StackedForwa
     stacked = models.params
     if models.buffers:
         buffered_forward = vmap_forward_with_buffers(template)
-        return lambda k, idx, valid: _steps_by_rows(buffered_forward, stacked, models.trainable, models.buffers,
-                                                    momentum, config, valid.sum(1).tolist(), x_all, y_all, idx)
+        return lambda k, idx, valid: _steps_by_rows(buffered_forward, models, momentum, config,
+                                                    valid.sum(1).tolist(), x_all, y_all, idx)
     if written_out:
         layers = len(cast(MLP, template).layers)
         plain_sgd = config.momentum == 0 and config.weight_decay == 0
@@ -339,20 +351,20 @@ def _group_step(template: nn.Module, forward: Callable[[nn.Module], StackedForwa
         trained = {n: params[n] for n in models.trainable}
         grads = torch.autograd.grad(per_device.sum(), list(trained.values()), allow_unused=True)
         with torch.no_grad():
-            sgd_step(trained, dict(zip(trained, grads, strict=True)), config,
+            sgd_step(trained, models.masked(dict(zip(trained, grads, strict=True)), slice(0, k)), config,
                      None if momentum is None else {n: b[:k] for n, b in momentum.items()})
         return per_device
     return autograd_step
 
 
-def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torch.Tensor], trainable: Sequence[str],
-                   buffers: dict[str, torch.Tensor], momentum: dict[str, torch.Tensor] | None,
-                   config: TrainingConfig, rows: list[int], x_all: torch.Tensor, y_all: torch.Tensor,
-                   idx: torch.Tensor) -> torch.Tensor:
+def _steps_by_rows(forward: Callable[..., torch.Tensor], models: _StackedModels,
+                   momentum: dict[str, torch.Tensor] | None, config: TrainingConfig, rows: list[int],
+                   x_all: torch.Tensor, y_all: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """One SGD step (``forward``: ``vmap_forward_with_buffers``) of the first ``len(rows)`` devices
     of a model with buffers, ``rows[d]`` real rows in device d's batch (non-increasing): one
     batched step per run of equal row counts, on slices of the stacked parameters, buffers and
     momentum (so updates land in place), batch statistics over real rows only. Returns each device's batch loss."""
+    stacked, buffers = models.params, models.buffers
     losses = torch.empty(len(rows), dtype=x_all.dtype)
     start = 0
     while start < len(rows):
@@ -364,10 +376,10 @@ def _steps_by_rows(forward: Callable[..., torch.Tensor], stacked: dict[str, torc
         logits = forward(params, {n: b[start:end] for n, b in buffers.items()}, x_all[take])
         loss = F.cross_entropy(logits.flatten(0, 1), y_all[take].flatten(), reduction="none").view(end - start, count)
         per_device = loss.mean(1)
-        trained = {n: params[n] for n in trainable}
+        trained = {n: params[n] for n in models.trainable}
         grads = torch.autograd.grad(per_device.sum(), list(trained.values()), allow_unused=True)
         with torch.no_grad():
-            sgd_step(trained, dict(zip(trained, grads, strict=True)), config,
+            sgd_step(trained, models.masked(dict(zip(trained, grads, strict=True)), slice(start, end)), config,
                      None if momentum is None else {n: m[start:end] for n, m in momentum.items()})
         losses[start:end] = per_device.detach()
         start = end

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,6 +66,7 @@ def train_epochs(
     epochs: int | None = None,
     trainable: list[nn.Parameter] | None = None,
     model_generator: torch.Generator | None = None,
+    gradient_masks: Mapping[str, torch.Tensor] | None = None,
 ) -> float:
     """Mini-batch SGD (``config.optimizer`` "adam": Adam) for ``epochs`` (default
     ``config.epochs``); returns the mean batch loss.
@@ -74,6 +75,8 @@ def train_epochs(
     momentum from the previous round would point the wrong way. The update is ``torch.optim.SGD``'s, written out
     (``learning/sgd.py``: bit-identical, without building an optimiser per call). A model's own
     randomness (dropout) draws from ``model_generator`` (``model_randomness``).
+    ``gradient_masks`` (by parameter name, each of its parameter's shape) multiply those
+    parameters' gradients before every step: an element masked with 0 does not train.
     """
     n = int(x.shape[0])
     if n == 0:
@@ -81,7 +84,7 @@ def train_epochs(
     if (work := _WORK.get()) is not None:
         work.append((model, n, config.epochs if epochs is None else epochs, int(x.shape[1])))
     with model_randomness(model_generator):
-        return _train_epochs(model, x, y, config, generator, extra_loss, epochs, trainable)
+        return _train_epochs(model, x, y, config, generator, extra_loss, epochs, trainable, gradient_masks)
 
 
 @contextmanager
@@ -103,9 +106,11 @@ def model_randomness(generator: torch.Generator | None) -> Iterator[None]:
 
 def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: TrainingConfig,
                   generator: torch.Generator, extra_loss: ExtraLoss | None, epochs: int | None,
-                  trainable: list[nn.Parameter] | None) -> float:
+                  trainable: list[nn.Parameter] | None,
+                  gradient_masks: Mapping[str, torch.Tensor] | None = None) -> float:
     n = int(x.shape[0])
     params = trainable if trainable is not None else list(model.parameters())
+    masks = _masks_by_position(model, params, gradient_masks)
     named = {str(i): p for i, p in enumerate(params)}
     momentum = {k: torch.zeros_like(p) for k, p in named.items()} if config.momentum != 0 else None
     adam = make_adam(params, config) if config.optimizer == "adam" else None
@@ -121,12 +126,36 @@ def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: Tr
             if extra_loss is not None:
                 loss = loss + extra_loss(model, xb, yb, logits)
             grads = torch.autograd.grad(loss, params, allow_unused=True)
+            if masks:
+                grads = tuple(g if g is None or i not in masks else g * masks[i] for i, g in enumerate(grads))
             if adam is None:
                 sgd_step(named, dict(zip(named, grads, strict=True)), config, momentum)
             else:
                 adam_step(adam, params, grads)
             losses.append(float(loss.detach()))
     return float(np.mean(losses)) if losses else float("nan")
+
+
+def _masks_by_position(model: nn.Module, params: list[nn.Parameter],
+                       gradient_masks: Mapping[str, torch.Tensor] | None) -> dict[int, torch.Tensor]:
+    """``gradient_masks`` keyed by each parameter's position in ``params`` (checked: every name is
+    a parameter of ``model``, of the mask's shape)."""
+    if not gradient_masks:
+        return {}
+    named = dict(model.named_parameters())
+    unknown = sorted(set(gradient_masks) - set(named))
+    if unknown:
+        raise ValueError(f"gradient masks for {unknown}, which are not parameters of the model")
+    position = {id(p): i for i, p in enumerate(params)}
+    out: dict[int, torch.Tensor] = {}
+    for name, mask in gradient_masks.items():
+        p = named[name]
+        if tuple(mask.shape) != tuple(p.shape):
+            raise ValueError(f"gradient mask for {name!r} has shape {tuple(mask.shape)}, "
+                             f"the parameter {tuple(p.shape)}")
+        if id(p) in position:
+            out[position[id(p)]] = mask.to(p.dtype)
+    return out
 
 
 def make_adam(params: Iterable[nn.Parameter], config: TrainingConfig) -> torch.optim.Adam:

@@ -221,14 +221,14 @@ class Safl(Algorithm[SaflOptions]):
 
     # -- Algorithm ---------------------------------------------------------------------------
     def train(self, round: int) -> TrainingWork:
-        """SAFL trains here (its gradient masks and pruning between steps are its own)."""
+        """Stage two: the fixed sub-model's training, for the runtime (its pruned units frozen by
+        gradient masks). Stage one trains here: the guided update, then NetSlim and FineTune,
+        which depend on it."""
         ctx, o = self.ctx, self.options
         model = self.model
         self.last_round = round
         if not self.stage_one(round):            # Alg. 2 l.4: local training of the fixed sub-model
-            with pruned_units_frozen(model, self.masks):
-                train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator)
-            return None
+            return self.training_job(gradient_masks=pruned_units_frozen(model, self.masks))
         guide = self.choose_cluster()
         guide_gates = None if guide is None else [guide.values[n] for n in factor_names(model)]
         # ModelRecover + GuidedUpdate: every unit trains, pruned ones starting from factor 0.
@@ -239,9 +239,8 @@ class Safl(Algorithm[SaflOptions]):
         self.masks = slim_masks(gate_values(model), self.rate(round))
         self.shifts = zero_pruned_factors(model, self.masks)
         if o.fine_tune_epochs:
-            with pruned_units_frozen(model, self.masks):
-                train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
-                             epochs=o.fine_tune_epochs)
+            train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
+                         epochs=o.fine_tune_epochs, gradient_masks=pruned_units_frozen(model, self.masks))
         return None
 
     def share(self, round: int) -> Payload | None:

@@ -23,8 +23,7 @@ A structure is one boolean *keep mask* per hidden layer (its units: neurons or c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -208,22 +207,16 @@ def recover_units(model: nn.Module, masks: KeepMasks, shifts: dict[str, np.ndarr
             params[shift].copy_(torch.where(pruned, torch.as_tensor(shifts[shift]), params[shift]))
 
 
-@contextmanager
-def pruned_units_frozen(model: nn.Module, masks: KeepMasks) -> Iterator[None]:
-    """Train the pruned sub-model only: pruned factors (and shifts) get no gradient, so they stay
-    0 (and with a zero factor the unit's incoming and outgoing weights get none either)."""
+def pruned_units_frozen(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]:
+    """Gradient masks (``train_epochs``, ``TrainingJob``) that train the pruned sub-model only:
+    pruned factors (and shifts) get no gradient, so they stay 0 (and with a zero factor the
+    unit's incoming and outgoing weights get none either)."""
     params = dict(model.named_parameters())
-    hooks = []
+    out: dict[str, torch.Tensor] = {}
     for pair, m in zip(factor_params(model), masks):
         for name in (n for n in pair if n is not None):
-            p = params[name]
-            keep = torch.as_tensor(np.asarray(m, dtype=bool), dtype=p.dtype)
-            hooks.append(p.register_hook(lambda grad, keep=keep: grad * keep))  # type: ignore[no-untyped-call]
-    try:
-        yield
-    finally:
-        for h in hooks:
-            h.remove()
+            out[name] = torch.as_tensor(np.asarray(m, dtype=bool), dtype=params[name].dtype)
+    return out
 
 
 def guided_sparsity_loss(lam: float, mu: float, guide: list[torch.Tensor] | None) -> ExtraLoss:
