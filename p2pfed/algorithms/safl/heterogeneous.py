@@ -14,15 +14,16 @@ Two fusions share one masked mean:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
 from p2pfed.learning.robust_fusion import masked_combine
-from p2pfed.algorithms.safl.slimming import KeepMasks, element_masks, factor_names, slim_masks
+from p2pfed.algorithms.safl.slimming import (KeepMasks, element_masks, factor_names, flat_element_masks,
+                                             slim_masks)
 
 
 @dataclass
@@ -31,24 +32,50 @@ class SubModel:
 
     masks: KeepMasks
     values: dict[str, torch.Tensor]
+    _flat: dict[tuple[str, ...], torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+
+    def flat_values(self, names: Sequence[str]) -> torch.Tensor:
+        """The values of ``names`` end to end (``flat``), built once per names: every receiver of
+        a message shares its decoded sub-model."""
+        key = tuple(names)
+        found = self._flat.get(key)
+        if found is None:
+            found = self._flat[key] = flat(self.values, names)
+        return found
 
 
-def masked_mean(values: Sequence[dict[str, torch.Tensor]], holds: Sequence[dict[str, torch.Tensor]],
+def flat(tensors: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
+    """The tensors of ``names``, each flattened, end to end."""
+    return torch.cat([tensors[n].detach().reshape(-1) for n in names])
+
+
+def unflat(values: torch.Tensor, like: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """``flat``'s inverse: views of ``values`` shaped as ``like``'s tensors of ``names``."""
+    parts = torch.split(values, [like[n].numel() for n in names])
+    return {n: part.view(like[n].shape) for n, part in zip(names, parts, strict=True)}
+
+
+def masked_mean(values: Sequence[Mapping[str, torch.Tensor]], holds: Sequence[Mapping[str, torch.Tensor]],
                 weights: Sequence[float],
                 names: Sequence[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Per element, the weighted mean over the models that hold it (0 where none does), and the
     total weight of those holders. Accumulated in float64 so peer order only affects rounding."""
     mean, weight = {}, {}
     for name in names:
-        acc = torch.zeros(values[0][name].shape, dtype=torch.float64)
-        wsum = torch.zeros_like(acc)
-        for v, h, w in zip(values, holds, weights):
-            hw = h[name].to(torch.float64) * float(w)
-            acc += v[name].to(torch.float64) * hw
-            wsum += hw
-        mean[name] = torch.where(wsum > 0, acc / wsum.clamp(min=1e-300), torch.zeros_like(acc)).float()
-        weight[name] = wsum
+        mean[name], weight[name] = _masked_mean([v[name] for v in values], [h[name] for h in holds], weights)
     return mean, weight
+
+
+def _masked_mean(values: Sequence[torch.Tensor], holds: Sequence[torch.Tensor],
+                 weights: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``masked_mean`` of one tensor per model."""
+    acc = torch.zeros(values[0].shape, dtype=torch.float64)
+    wsum = torch.zeros_like(acc)
+    for v, h, w in zip(values, holds, weights):
+        hw = h.to(torch.float64) * float(w)
+        acc += v.to(torch.float64) * hw
+        wsum += hw
+    return torch.where(wsum > 0, acc / wsum.clamp(min=1e-300), torch.zeros_like(acc)).float(), wsum
 
 
 @dataclass
@@ -117,22 +144,23 @@ def preserve_personal(model: nn.Module, own_masks: KeepMasks, own_weight: float,
     stays. Returns the fraction of the device's held elements that some peer also held."""
     if not peers:
         return 0.0
-    own_holds = element_masks(model, own_masks)
-    own_values = {n: p.detach() for n, p in model.named_parameters()}
-    holds = [own_holds] + [{n: h & own_holds[n] for n, h in element_masks(model, s.masks).items()}
-                           for s, _ in peers]
-    values = [own_values] + [s.values for s, _ in peers]
-    weights = [own_weight] + [w for _, w in peers]
-    mean, weight = (robust.combine(values, holds, weights, names) if robust is not None
-                    else masked_mean(values, holds, weights, names))
-    shared = held = 0
+    # every parameter of ``names`` end to end: one pass per member, whatever the number of parameters
     params = dict(model.named_parameters())
+    own_holds = flat_element_masks(model, own_masks, names)
+    holds = [own_holds] + [flat_element_masks(model, s.masks, names) & own_holds for s, _ in peers]
+    values = [flat(params, names)] + [s.flat_values(names) for s, _ in peers]
+    weights = [own_weight] + [w for _, w in peers]
+    if robust is None:
+        mean, weight = _masked_mean(values, holds, weights)
+    else:   # the rule groups elements within a parameter: parameter by parameter
+        by_name = robust.combine([unflat(v, params, names) for v in values],
+                                 [unflat(h, params, names) for h in holds], weights, names)
+        mean, weight = (flat(part, names) for part in by_name)
+    new = unflat(torch.where(own_holds & (weight > 0), mean, values[0]), params, names)
     for n in names:
-        mine = own_holds[n]
-        params[n].copy_(torch.where(mine & (weight[n] > 0), mean[n], params[n].detach()))
-        by_peer = torch.zeros_like(mine)
-        for h in holds[1:]:
-            by_peer |= h[n]
-        held += int(mine.sum())
-        shared += int(by_peer.sum())
-    return shared / held if held else 0.0
+        params[n].copy_(new[n])
+    by_peer = torch.zeros_like(own_holds)
+    for h in holds[1:]:
+        by_peer |= h
+    held = int(own_holds.sum())
+    return int(by_peer.sum()) / held if held else 0.0

@@ -24,6 +24,7 @@ A structure is one boolean *keep mask* per hidden layer (its units: neurons or c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -157,6 +158,21 @@ def element_masks(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]
             memo.clear()
         found = memo[key] = _element_masks(model, layers, masks, gated)
     return dict(found)
+
+
+def flat_element_masks(model: nn.Module, masks: KeepMasks, names: Sequence[str]) -> torch.Tensor:
+    """``element_masks`` of ``names``, end to end in one flat tensor (``flatten`` order), built
+    once per structure and names, as ``element_masks`` is; shared, read-only."""
+    memo = model.__dict__.setdefault(_ELEMENT_MASKS, {})
+    structure = tuple((len(m), np.packbits(np.asarray(m, dtype=bool)).tobytes()) for m in masks)
+    key = ("flat", tuple(unit_layers(model)), tuple(names), structure)
+    found = memo.get(key)
+    if found is None:
+        by_name = element_masks(model, masks)
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        found = memo[key] = torch.cat([by_name[n].reshape(-1) for n in names])
+    return cast(torch.Tensor, found)
 
 
 def _element_masks(model: nn.Module, layers: Sequence[UnitLayer], masks: KeepMasks,
