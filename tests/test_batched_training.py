@@ -43,6 +43,16 @@ def threads(request):
 ONE_THREAD = pytest.mark.parametrize("threads", [1], indirect=True, ids=["1-thread"])
 
 
+@pytest.fixture
+def groups(monkeypatch) -> list[int]:
+    """The size of every batch the runtime trains (``train_group``), in order."""
+    sizes: list[int] = []
+    real = batched_training.train_group
+    monkeypatch.setattr(batched_training, "train_group",
+                        lambda jobs, *a, **k: sizes.append(len(jobs)) or real(jobs, *a, **k))
+    return sizes
+
+
 def _jobs(config: TrainingConfig, sizes=SIZES, hidden=(16, 24), gates: bool = False) -> list[TrainingJob]:
     data = torch.Generator().manual_seed(0)
     jobs = []
@@ -92,18 +102,12 @@ def test_the_mlp_paths_train_like_the_library_path(config, way):
     assert batched_training.stacked_forward(gated).__name__ != "forward"
 
 
-def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_parameters_too():
+def test_models_of_different_shapes_train_in_their_own_groups_and_gates_are_parameters_too(groups):
     config = CONFIGS[2]
     def mixed():
         return _jobs(config, SIZES[:4], hidden=(16, 24)) + _jobs(config, SIZES[4:], hidden=(8,), gates=True)
     loop, batched = mixed(), mixed()
-    groups = []
-    real = batched_training.train_group
-    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
-    try:
-        losses = train_jobs(batched)
-    finally:
-        batched_training.train_group = real
+    losses = train_jobs(batched)
     assert sorted(groups) == [3, 3]   # (the empty device trains alone: nothing to do)
     _assert_same(loop, batched, [job.run() for job in loop], losses)
 
@@ -148,17 +152,13 @@ def test_train_group_is_the_same_whatever_order_the_devices_come_in():
 
 
 @pytest.mark.parametrize("kind", ["mlp", "mlp-momentum", "cnn"])
-def test_a_group_split_into_chunks_trains_as_one_group(kind, monkeypatch):
+def test_a_group_split_into_chunks_trains_as_one_group(kind, groups):
     """A round of thousands of devices trains ``GROUP_LIMIT`` devices at a time (memory). On one
     thread the MLP's grouped products give each device its own slice of every product: any split
     gives the same bits. Two threads divide a product's work by its size, and a CNN runs
     ``vmap``'s convolutions, whose arithmetic follows the batch's size: the same to float rounding."""
     make = {"mlp": lambda: _jobs(CONFIGS[1]), "mlp-momentum": lambda: _jobs(CONFIGS[3]),
             "cnn": lambda: _cnn_jobs(CONFIGS[1], [1, 6, 6])}[kind]
-    groups: list[int] = []
-    real_train_group = batched_training.train_group
-    monkeypatch.setattr(batched_training, "train_group",
-                        lambda jobs: groups.append(len(jobs)) or real_train_group(jobs))
     whole, split = make(), make()
     whole_losses = train_jobs(whole)
     split_losses = train_jobs(split, limit=2)
@@ -185,24 +185,18 @@ def _phased(config: TrainingConfig, kind: str = "mlp") -> list[TrainingJob]:
 
 @pytest.mark.parametrize("config", CONFIGS[1:3], ids=["e3-b7", "e2-b10-momentum"])
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_a_round_in_phases_trains_each_phase_batched_as_each_device_alone(config, kind):
+def test_a_round_in_phases_trains_each_phase_batched_as_each_device_alone(config, kind, groups):
     """Jobs training part of the model, in phases: each phase is one batch across the devices,
     what a phase leaves fixed keeps its bits, and the result equals each device alone."""
     loop, batched = _phased(config, kind), _phased(config, kind)
-    groups = []
-    real = batched_training.train_group
-    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
-    try:
-        bodies = [[p.detach().clone() for p in list(job.model.parameters())[:-2]] for job in batched]
-        head_losses = train_jobs([replace(job, followed_by=None) for job in batched])
-        for job, body in zip(batched, bodies, strict=True):   # the head phase left the body alone
-            assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[:-2], body, strict=True))
-        heads = [[p.detach().clone() for p in list(job.model.parameters())[-2:]] for job in batched]
-        body_losses = train_jobs([job.followed_by for job in batched])
-        for job, head in zip(batched, heads, strict=True):    # and the body phase the head
-            assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[-2:], head, strict=True))
-    finally:
-        batched_training.train_group = real
+    bodies = [[p.detach().clone() for p in list(job.model.parameters())[:-2]] for job in batched]
+    head_losses = train_jobs([replace(job, followed_by=None) for job in batched])
+    for job, body in zip(batched, bodies, strict=True):   # the head phase left the body alone
+        assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[:-2], body, strict=True))
+    heads = [[p.detach().clone() for p in list(job.model.parameters())[-2:]] for job in batched]
+    body_losses = train_jobs([job.followed_by for job in batched])
+    for job, head in zip(batched, heads, strict=True):    # and the body phase the head
+        assert all(torch.equal(p.detach(), q) for p, q in zip(list(job.model.parameters())[-2:], head, strict=True))
     assert groups == [6, 6]   # each phase one batch (the empty device trains alone)
     loop_head_losses = [job.train() for job in loop]
     _assert_same(loop, batched, loop_head_losses + [job.followed_by.train() for job in loop], head_losses + body_losses)
@@ -221,19 +215,13 @@ def _masked(jobs: list[TrainingJob]) -> list[TrainingJob]:
 
 @pytest.mark.parametrize("config", CONFIGS[1:3], ids=["e3-b7", "e2-b10-momentum"])
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_masked_gradients_train_batched_as_each_device_alone(config, kind):
+def test_masked_gradients_train_batched_as_each_device_alone(config, kind, groups):
     """Jobs whose gradients are masked (a pruned sub-model's training) are one batch, the masked
     elements keep their bits, the others train, and the result equals each device alone."""
     make = (lambda: _jobs(config)) if kind == "mlp" else (lambda: _cnn_jobs(config, [1, 6, 6]))
     loop, batched = _masked(make()), _masked(make())
     start = [{n: p.detach().clone() for n, p in job.model.named_parameters()} for job in batched]
-    groups = []
-    real = batched_training.train_group
-    batched_training.train_group = lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k)
-    try:
-        losses = train_jobs(batched)
-    finally:
-        batched_training.train_group = real
+    losses = train_jobs(batched)
     assert groups == [len(SIZES) - 1]   # every device with data, one batch
     for job, before in zip(batched, start, strict=True):
         if not job.x.shape[0]:
@@ -290,15 +278,11 @@ def _f1(path) -> list[float]:
 
 @ONE_THREAD
 @pytest.mark.parametrize(("method", "phases"), [("gossip-avg", 1), ("fedsub", 1), ("fedrep", 2)])
-def test_a_run_gives_the_same_results_batched_or_not(method, phases, tmp_path, monkeypatch):
+def test_a_run_gives_the_same_results_batched_or_not(method, phases, tmp_path, groups):
     """A real synchronous run, 12 devices of unequal sizes (half with classes hidden at first);
     FedRep trains in two phases (head, then body), each batched."""
     overrides = [f"algorithm.name={method}", "rounds=8", "dynamic.devices_fraction=0.5",
                  "dynamic.return_every=3", "training.momentum=0.5"]
-    groups = []
-    real = batched_training.train_group
-    monkeypatch.setattr(batched_training, "train_group",
-                        lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k))
     scenario = ROOT / "scenarios" / "synthetic-small.yaml"
     run_scenario(load_scenario(scenario, overrides), tmp_path / "batched", progress=False)
     assert groups == [12] * 8 * phases    # every device, every round (and phase), in one batch
@@ -309,14 +293,10 @@ def test_a_run_gives_the_same_results_batched_or_not(method, phases, tmp_path, m
 
 
 @ONE_THREAD
-def test_safl_trains_its_pruned_sub_model_batched_in_a_real_run(tmp_path, monkeypatch):
+def test_safl_trains_its_pruned_sub_model_batched_in_a_real_run(tmp_path, groups):
     """SAFL's stage two (the fixed sub-model, its pruned units frozen by gradient masks) is one
     batch a round in a real run, and the run ends as one device at a time does."""
     overrides = ["algorithm.name=safl", "rounds=8", "algorithm.target_rate=0.2", "algorithm.fine_tune_epochs=1"]
-    groups = []
-    real = batched_training.train_group
-    monkeypatch.setattr(batched_training, "train_group",
-                        lambda jobs, *a, **k: groups.append(len(jobs)) or real(jobs, *a, **k))
     scenario = ROOT / "scenarios" / "synthetic-small.yaml"
     run_scenario(load_scenario(scenario, overrides), tmp_path / "batched", progress=False)
     assert len(groups) >= 4 and set(groups) == {12}   # the rounds past stage one, every device in one batch
