@@ -307,9 +307,11 @@ def test_safl_trains_its_pruned_sub_model_batched_in_a_real_run(tmp_path, groups
     np.testing.assert_allclose(_f1(tmp_path / "batched"), _f1(tmp_path / "one-at-a-time"), atol=1e-4)
 
 
-def test_a_gradient_mask_for_no_parameter_or_of_the_wrong_shape_is_refused():
-    job = _jobs(CONFIGS[0])[0]
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
+def test_a_gradient_mask_for_no_parameter_or_of_the_wrong_shape_is_refused(batched):
+    jobs = _jobs(CONFIGS[0])[:3]
+    train = (lambda js: train_jobs(js)) if batched else (lambda js: js[0].run())
     with pytest.raises(ValueError, match=r"not parameters of the model.*|.*\['nope'\]"):
-        replace(job, gradient_masks={"nope": torch.ones(3)}).run()
+        train([replace(job, gradient_masks={"nope": torch.ones(3)}) for job in jobs])
     with pytest.raises(ValueError, match="gradient mask for 'layers.0.bias' has shape"):
-        replace(job, gradient_masks={"layers.0.bias": torch.ones(3)}).run()
+        train([replace(job, gradient_masks={"layers.0.bias": torch.ones(3)}) for job in jobs])

@@ -38,7 +38,7 @@ from torch.func import functional_call
 from p2pfed.learning.mlp_backprop import mlp_sgd_step
 from p2pfed.learning.model import MLP
 from p2pfed.learning.sgd import sgd_step
-from p2pfed.learning.training import ExtraLoss, TrainingConfig, train_epochs
+from p2pfed.learning.training import ExtraLoss, TrainingConfig, checked_gradient_masks, train_epochs
 
 
 @dataclass(frozen=True)
@@ -293,9 +293,13 @@ class _StackedModels:
             self.buffers = {n: torch.stack([b[k] for b in self.own_buffers]) for k, n in enumerate(self.buffer_names)}
         for n in self.trainable:
             self.params[n].requires_grad_(requires_grad)
-        masked = sorted(set(jobs[0].gradient_masks or ()) & set(self.trainable))
-        self.gradient_masks = {n: torch.stack([cast(Mapping[str, torch.Tensor], j.gradient_masks)[n]
-                                               for j in jobs]).to(self.params[n].dtype) for n in masked}
+        masks: list[Mapping[str, torch.Tensor]] = []
+        for job in jobs:
+            if job.gradient_masks:   # the same names across a group (``group_key``)
+                checked_gradient_masks(job.model, job.gradient_masks)
+                masks.append(job.gradient_masks)
+        masked = sorted(set(masks[0] if masks else ()) & set(self.trainable))
+        self.gradient_masks = {n: torch.stack([m[n] for m in masks]).to(self.params[n].dtype) for n in masked}
 
     def masked(self, grads: dict[str, torch.Tensor | None], devices: slice) -> dict[str, torch.Tensor | None]:
         """``grads`` of the ``devices`` with their gradient masks applied (``TrainingJob``)."""

@@ -107,7 +107,7 @@ def model_randomness(generator: torch.Generator | None) -> Iterator[None]:
 def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: TrainingConfig,
                   generator: torch.Generator, extra_loss: ExtraLoss | None, epochs: int | None,
                   trainable: list[nn.Parameter] | None,
-                  gradient_masks: Mapping[str, torch.Tensor] | None = None) -> float:
+                  gradient_masks: Mapping[str, torch.Tensor] | None) -> float:
     n = int(x.shape[0])
     params = trainable if trainable is not None else list(model.parameters())
     masks = _masks_by_position(model, params, gradient_masks)
@@ -136,26 +136,29 @@ def _train_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: Tr
     return float(np.mean(losses)) if losses else float("nan")
 
 
-def _masks_by_position(model: nn.Module, params: list[nn.Parameter],
-                       gradient_masks: Mapping[str, torch.Tensor] | None) -> dict[int, torch.Tensor]:
-    """``gradient_masks`` keyed by each parameter's position in ``params`` (checked: every name is
-    a parameter of ``model``, of the mask's shape)."""
-    if not gradient_masks:
-        return {}
+def checked_gradient_masks(model: nn.Module, gradient_masks: Mapping[str, torch.Tensor]
+                           ) -> dict[str, nn.Parameter]:
+    """The parameters ``gradient_masks`` name, by name; refuses a name that is no parameter of
+    ``model`` and a mask not of its parameter's shape."""
     named = dict(model.named_parameters())
     unknown = sorted(set(gradient_masks) - set(named))
     if unknown:
         raise ValueError(f"gradient masks for {unknown}, which are not parameters of the model")
-    position = {id(p): i for i, p in enumerate(params)}
-    out: dict[int, torch.Tensor] = {}
     for name, mask in gradient_masks.items():
-        p = named[name]
-        if tuple(mask.shape) != tuple(p.shape):
+        if tuple(mask.shape) != tuple(named[name].shape):
             raise ValueError(f"gradient mask for {name!r} has shape {tuple(mask.shape)}, "
-                             f"the parameter {tuple(p.shape)}")
-        if id(p) in position:
-            out[position[id(p)]] = mask.to(p.dtype)
-    return out
+                             f"the parameter {tuple(named[name].shape)}")
+    return {name: named[name] for name in gradient_masks}
+
+
+def _masks_by_position(model: nn.Module, params: list[nn.Parameter],
+                       gradient_masks: Mapping[str, torch.Tensor] | None) -> dict[int, torch.Tensor]:
+    """``gradient_masks`` (checked) keyed by each parameter's position in ``params``."""
+    if not gradient_masks:
+        return {}
+    position = {id(p): i for i, p in enumerate(params)}
+    return {position[id(p)]: gradient_masks[name].to(p.dtype)
+            for name, p in checked_gradient_masks(model, gradient_masks).items() if id(p) in position}
 
 
 def make_adam(params: Iterable[nn.Parameter], config: TrainingConfig) -> torch.optim.Adam:
