@@ -359,6 +359,16 @@ def test_real_peers_report_the_energy_the_simulator_counts_for_the_same_work(tmp
         assert float(d["energy_comm_j"]) == pytest.approx(sent * 1e-6 + received * 5e-7, rel=1e-6)
     rounds = _csv(out / "rounds.csv")
     assert float(rounds[-1]["energy_j"]) == pytest.approx(real["energy"]["total_j"], rel=1e-6)
+    # a neighbour's last message may reach a peer after its last round's snapshot: the last row is
+    # still the whole run's account
+    from p2pfed.peer.results import write_results
+    reports = [json.loads((out / "peers" / f"peer-{i}" / "peer.json").read_text()) for i in range(3)]
+    last = reports[0]["energy"]["snapshots"][str(len(rounds) - 1)]
+    last[1] -= 1e-3
+    again = write_results(tmp_path / "again", load_scenario(SCENARIO, sets), reports, wall_time_s=1.0,
+                          full_model_bytes=reports[0]["full_model_bytes"])
+    rounds = _csv(tmp_path / "again" / "rounds.csv")
+    assert float(rounds[-1]["energy_j"]) == pytest.approx(again["energy"]["total_j"], rel=1e-6)
 
 
 def test_a_sweep_cell_of_a_scenario_without_devices_keeps_its_id_and_one_with_a_file_hashes_it(tmp_path):
