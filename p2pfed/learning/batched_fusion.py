@@ -15,7 +15,10 @@ device holds). Where the weights differ row by row (FedSub), it is one such prod
 as one batched product over the rows. The product is chosen only where it does at most
 ``DENSE_WORK_FACTOR`` times the multiply-adds the jobs need (a dense product runs about that much
 faster per multiply-add than one pass per member), so a sparse graph of thousands of devices
-(each with a handful of members out of thousands) keeps one job at a time. The product runs in
+(each with a handful of members out of thousands) keeps one job at a time. A product per row
+runs at a fraction of that rate (many small products, and weights to build for every row), so
+it is chosen only up to ``ROW_DENSE_WORK_FACTOR`` times the work: devices that share a few of
+many peers (a contact run's batch of walkers) fuse one at a time. The product runs in
 the parameters' dtype (float32): converting every member to float64 first cost more than the
 product itself on a memory-bound machine; it differs from the float64 path by a few units in the
 last place, which a test bounds.
@@ -39,6 +42,7 @@ import torch
 
 Source = torch.Tensor | np.ndarray
 DENSE_WORK_FACTOR = 16
+ROW_DENSE_WORK_FACTOR = 4
 STACK_BELOW = 4096   # parameters smaller than this are fused as one stacked reduction (``FusionJob.run``)
 WEIGHTS_AT_ONCE = 1 << 22   # (rows × jobs × sources) weights held at once by ``_dense``; more: jobs in chunks
 
@@ -204,7 +208,8 @@ def run_fusion_jobs(jobs: Sequence[FusionJob]) -> None:
     for per_row in (False, True):
         together = [job for job in jobs if all((c.ndim == 2) == per_row for c in job.coef.values())]
         names = sorted({n for job in together for n in job.coef})
-        if len(together) < 2 or not _dense_pays(together, names):
+        factor = ROW_DENSE_WORK_FACTOR if per_row else DENSE_WORK_FACTOR
+        if len(together) < 2 or not _dense_pays(together, names, factor):
             continue
         with _reading_arrays():
             for name in names:
@@ -242,7 +247,8 @@ def _split(job: FusionJob, name: str) -> tuple[np.ndarray, list[Mapping[str, Sou
     return plan
 
 
-def _dense_pays(jobs: Sequence[FusionJob], names: list[str]) -> bool:
+def _dense_pays(jobs: Sequence[FusionJob], names: list[str], factor: float) -> bool:
+    """Whether the products do at most ``factor`` times the multiply-adds the jobs need."""
     needed = sum(job.nonzero_members(n).size for job in jobs for n in job.coef)
     dense = 0
     for name in names:
@@ -250,7 +256,7 @@ def _dense_pays(jobs: Sequence[FusionJob], names: list[str]) -> bool:
         held = Counter(key for job in users for key in _split(job, name)[3])
         shared = sum(1 for count in held.values() if count > 1)
         dense += len(users) * (shared + 1) + (len(held) - shared)   # the product, and each job's own terms
-    return dense <= DENSE_WORK_FACTOR * needed
+    return dense <= factor * needed
 
 
 def _dense(name: str, jobs: Sequence[FusionJob]) -> None:
