@@ -24,7 +24,7 @@ from p2pfed.algorithms.safl.slimming import (
     element_masks,
     kept_parameter_fraction,
     pruned_fraction,
-    pruned_units_frozen,
+    sub_model_gradient_masks,
     slim_masks,
     zero_pruned_factors,
 )
@@ -71,7 +71,7 @@ def test_a_pruned_unit_stays_out_while_frozen_and_can_come_back_after_recovery()
     zero_pruned_factors(model, masks)
     x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
     before = model(x).detach()
-    frozen = pruned_units_frozen(model, masks)
+    frozen = sub_model_gradient_masks(model, masks)
     gates = [g.detach().clone() for g in model.gates]
     train_epochs(model, x, y, TrainingConfig(epochs=3, batch_size=8, lr=0.5), torch.Generator().manual_seed(0),
                  gradient_masks=frozen)

@@ -15,7 +15,7 @@ from torch.func import functional_call
 from p2pfed.algorithms.safl.heterogeneous import RobustRule, SubModel, fuse_cluster, preserve_personal
 from p2pfed.algorithms.safl.slimming import (element_masks, factor_names, gate_values, guided_sparsity_loss,
                                              kept_parameter_fraction, local_names, pruned_fraction,
-                                             pruned_units_frozen, recover_units, slim_masks, zero_pruned_factors)
+                                             sub_model_gradient_masks, recover_units, slim_masks, zero_pruned_factors)
 from p2pfed.algorithms.safl.wire import decode_submodel, encode_submodel
 from p2pfed.engine.runner import Checkpointing, run_scenario
 from p2pfed.learning.cnn import CNN
@@ -105,7 +105,7 @@ def test_pruned_channels_stay_out_while_frozen_and_come_back_with_scale_zero():
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
     frozen = {n: p.detach().clone() for n, p in model.named_parameters()}
     train_epochs(model, x, y, TrainingConfig(epochs=3, batch_size=8, lr=0.5), torch.Generator().manual_seed(0),
-                 gradient_masks=pruned_units_frozen(model, masks))
+                 gradient_masks=sub_model_gradient_masks(model, masks))
     for (conv, bn, _), m, at in zip(model.blocks(), masks, (0, 4)):
         off = torch.as_tensor(~m)
         for name in (f"body.{at + 1}.weight", f"body.{at + 1}.bias", f"body.{at}.weight"):   # the filter too

@@ -70,7 +70,7 @@ from p2pfed.energy.work import forward_macs
 from p2pfed.learning.model import MLP, seed_cpu_generator
 from p2pfed.algorithms.safl.slimming import (factor_names, full_masks, gate_values, guided_sparsity_loss,
                                              kept_parameter_fraction, local_names, pruned_fraction,
-                                             pruned_units_frozen, recover_units, slim_masks, zero_pruned_factors)
+                                             sub_model_gradient_masks, recover_units, slim_masks, zero_pruned_factors)
 from p2pfed.learning.training import train_epochs
 
 
@@ -228,7 +228,7 @@ class Safl(Algorithm[SaflOptions]):
         model = self.model
         self.last_round = round
         if not self.stage_one(round):            # Alg. 2 l.4: local training of the fixed sub-model
-            return self.training_job(gradient_masks=pruned_units_frozen(model, self.masks))
+            return self.training_job(gradient_masks=sub_model_gradient_masks(model, self.masks))
         guide = self.choose_cluster()
         guide_gates = None if guide is None else [guide.values[n] for n in factor_names(model)]
         # ModelRecover + GuidedUpdate: every unit trains, pruned ones starting from factor 0.
@@ -240,7 +240,7 @@ class Safl(Algorithm[SaflOptions]):
         self.shifts = zero_pruned_factors(model, self.masks)
         if o.fine_tune_epochs:
             train_epochs(model, ctx.x_train, ctx.y_train, ctx.training, ctx.torch_generator,
-                         epochs=o.fine_tune_epochs, gradient_masks=pruned_units_frozen(model, self.masks))
+                         epochs=o.fine_tune_epochs, gradient_masks=sub_model_gradient_masks(model, self.masks))
         return None
 
     def share(self, round: int) -> Payload | None:

@@ -223,7 +223,7 @@ def recover_units(model: nn.Module, masks: KeepMasks, shifts: dict[str, np.ndarr
             params[shift].copy_(torch.where(pruned, torch.as_tensor(shifts[shift]), params[shift]))
 
 
-def pruned_units_frozen(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]:
+def sub_model_gradient_masks(model: nn.Module, masks: KeepMasks) -> dict[str, torch.Tensor]:
     """Gradient masks (``train_epochs``, ``TrainingJob``) that train the pruned sub-model only:
     pruned factors (and shifts) get no gradient, so they stay 0 (and with a zero factor the
     unit's incoming and outgoing weights get none either)."""
