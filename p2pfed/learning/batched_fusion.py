@@ -248,15 +248,18 @@ def _split(job: FusionJob, name: str) -> tuple[np.ndarray, list[Mapping[str, Sou
 
 
 def _dense_pays(jobs: Sequence[FusionJob], names: list[str], factor: float) -> bool:
-    """Whether the products do at most ``factor`` times the multiply-adds the jobs need."""
-    needed = sum(job.nonzero_members(n).size for job in jobs for n in job.coef)
+    """Whether the products do at most ``factor`` times the multiply-adds the jobs need (known
+    to be no as soon as the parameters counted so far exceed it)."""
+    allowed = factor * sum(job.nonzero_members(n).size for job in jobs for n in job.coef)
     dense = 0
     for name in names:
         users = [job for job in jobs if name in job.coef]
         held = Counter(key for job in users for key in _split(job, name)[3])
         shared = sum(1 for count in held.values() if count > 1)
         dense += len(users) * (shared + 1) + (len(held) - shared)   # the product, and each job's own terms
-    return dense <= factor * needed
+        if dense > allowed:
+            return False
+    return True
 
 
 def _dense(name: str, jobs: Sequence[FusionJob]) -> None:
