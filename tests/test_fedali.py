@@ -145,10 +145,17 @@ def test_kmeans_global_prototypes_are_the_centroids_of_the_neighbourhoods_local_
     torch.testing.assert_close(out, torch.tensor([[1.0, 1 / 30], [1 / 30, 1.0]]))
 
 
-def test_devices_holding_the_same_prototype_sets_cluster_them_once_and_alike():
+def test_devices_holding_the_same_prototype_sets_cluster_them_once_and_alike(monkeypatch):
     """Three devices that all hear each other: whatever order a device's payloads arrived in,
     it clusters its members in device order, so all three get the same global prototypes, the
-    k-means runs once for the three, and each is still told the work."""
+    k-means runs once for the three, and each is still told the work. A message's prototypes are
+    digested once for all its receivers (its memo), each device's own once."""
+    from p2pfed.algorithms.fedali import alignment, method
+    digested: list[int] = []
+    monkeypatch.setattr(method, "prototype_digest",
+                        lambda p, real=alignment.prototype_digest: digested.append(1) or real(p))
+    monkeypatch.setattr(alignment, "prototype_digest",
+                        lambda p, real=alignment.prototype_digest: digested.append(1) or real(p))
     loaded = load_scenario(SCENARIO, SMALL)
     algos = build_algorithms(loaded, loaded.federation)[:3]
     for algo in algos:
@@ -165,6 +172,7 @@ def test_devices_holding_the_same_prototype_sets_cluster_them_once_and_alike():
         algo.ctx.count_work = told[-1].append
         fuse_once(algo, 0, 0.0)
     assert clusterings.hits == hits + 2
+    assert len(digested) == 3 + 3
     for algo in algos[1:]:
         assert torch.equal(algo.alp.global_prototypes, algos[0].alp.global_prototypes)
     assert told[0] and told[0][0] > 0 and told[0] == told[1] == told[2]

@@ -185,6 +185,16 @@ def kmeans_prototypes(local_sets: list[torch.Tensor], weights: list[float],
     return torch.as_tensor(km.cluster_centers_, dtype=local_sets[0].dtype)
 
 
+def prototype_digest(prototypes: torch.Tensor) -> bytes:
+    """One member's local prototypes as part of ``PrototypeClusterings``' key: a digest of their
+    dtype, shape and bytes."""
+    array = np.ascontiguousarray(prototypes.detach().numpy())
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.tobytes())
+    return digest.digest()
+
+
 class PrototypeClusterings:
     """``kmeans_prototypes``' results, keyed on their exact inputs (each member's local prototypes,
     in the order given, and the weights): on a dense graph every device clusters the same sets,
@@ -197,19 +207,20 @@ class PrototypeClusterings:
         self._store: OrderedDict[bytes, tuple[torch.Tensor, float]] = OrderedDict()
 
     @staticmethod
-    def _key(local_sets: list[torch.Tensor], weights: list[float]) -> bytes:
+    def _key(digests: list[bytes], weights: list[float]) -> bytes:
         digest = hashlib.blake2b(digest_size=20)
         digest.update(np.asarray(weights, dtype=np.float64).tobytes())
-        for prototypes in local_sets:
-            array = np.ascontiguousarray(prototypes.detach().numpy())
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(array.tobytes())
+        digest.update(b"".join(digests))
         return digest.digest()
 
     def centroids(self, local_sets: list[torch.Tensor], weights: list[float],
-                  count_work: Callable[[float], None] | None = None) -> torch.Tensor:
-        """``kmeans_prototypes(local_sets, weights, count_work)``, computed once per content."""
-        key = self._key(local_sets, weights)
+                  count_work: Callable[[float], None] | None = None,
+                  digests: list[bytes | None] | None = None) -> torch.Tensor:
+        """``kmeans_prototypes(local_sets, weights, count_work)``, computed once per content.
+        ``digests``: each set's ``prototype_digest`` where already known (None: computed here)."""
+        known = digests or [None] * len(local_sets)
+        key = self._key([prototype_digest(p) if d is None else d for p, d in zip(local_sets, known, strict=True)],
+                        weights)
         found = self._store.get(key)
         if found is None:
             told: list[float] = []

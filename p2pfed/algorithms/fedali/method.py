@@ -39,13 +39,15 @@ from torch import nn
 
 from p2pfed.algorithms.base import (Algorithm, DeviceContext, FusionWork, Options, Payload, Received, TrainingWork,
                                     expect_array, run_facts)
-from p2pfed.algorithms.fedali.alignment import ALPLayer, AlignedMLP, AlignedModel, PrototypeClusterings
+from p2pfed.algorithms.fedali.alignment import (ALPLayer, AlignedMLP, AlignedModel, PrototypeClusterings,
+                                               prototype_digest)
 from p2pfed.algorithms.model_payload import averaging_job, model_payload, model_tensors, sample_count
 from p2pfed.algorithms.registry import register
 from p2pfed.algorithms.state import model_state
 from p2pfed.learning.model import MLP, feature_dim
 
 PROTOTYPES = "local_prototypes"   # the payload tensor with the sender's local prototypes
+PROTOTYPES_MEMO = ("fedali", "prototypes")   # a received message's prototypes and digest, in its memo
 
 
 class FedAliOptions(Options):
@@ -157,19 +159,21 @@ class FedAli(Algorithm[FedAliOptions]):
         # from: after a reset that is due, the global ones.
         mine = self.alp.global_prototypes if self.reset_due else self.alp.local_prototypes
         # The members in device order, so that neighbours holding one set cluster it alike.
-        members = [((self.ctx.device.device_id, -1, 0.0), mine, own)]
+        members: list[tuple[tuple[int, int, float], tuple[torch.Tensor, bytes | None], float]] = [
+            ((self.ctx.device.device_id, -1, 0.0), (mine, None), own)]
         members += [((r.sender, r.round, r.sent_at), _prototypes(r), n) for r, n in zip(fresh, counts)]
         members.sort(key=lambda m: m[0])
-        sets = [prototypes for _, prototypes, _ in members]
-        new_global = self.clusterings.centroids(sets, [weight for _, _, weight in members],
-                                                count_work=self.ctx.count_work)
+        new_global = self.clusterings.centroids([prototypes for _, (prototypes, _), _ in members],
+                                                [weight for _, _, weight in members],
+                                                count_work=self.ctx.count_work,
+                                                digests=[digest for _, (_, digest), _ in members])
         with torch.no_grad():
             shift = _mean_row_distance(self.alp.global_prototypes, new_global)
             self.alp.global_prototypes.copy_(new_global)
         self.reset_due = self.options.reset_local
         self.numbers.update({"global_prototype_shift": shift,
                              "global_prototypes_distinct": float(torch.unique(new_global, dim=0).shape[0]),
-                             "kmeans_points": float(len(sets) * self.alp.num_prototypes),
+                             "kmeans_points": float(len(members) * self.alp.num_prototypes),
                              "kmeans_fusions": self.numbers.get("kmeans_fusions", 0.0) + 1})
         return job
 
@@ -193,8 +197,13 @@ class FedAli(Algorithm[FedAliOptions]):
         self.reset_due = bool(state["reset_due"])
 
 
-def _prototypes(received: Received) -> torch.Tensor:
-    return torch.from_numpy(np.array(received.payload.tensors[PROTOTYPES], dtype=np.float32))
+def _prototypes(received: Received) -> tuple[torch.Tensor, bytes | None]:
+    """A member's local prototypes and their digest (``prototype_digest``), made once per message:
+    every receiver of a broadcast shares them (``Payload.memo``), read only."""
+    def build() -> tuple[torch.Tensor, bytes | None]:
+        prototypes = torch.from_numpy(np.array(received.payload.tensors[PROTOTYPES], dtype=np.float32))
+        return prototypes, prototype_digest(prototypes)
+    return received.payload.remember(PROTOTYPES_MEMO, build)
 
 
 def _mean_row_distance(a: torch.Tensor, b: torch.Tensor) -> float:
