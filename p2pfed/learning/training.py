@@ -163,9 +163,9 @@ def _masks_by_position(model: nn.Module, params: list[nn.Parameter],
 
 def make_adam(params: Iterable[nn.Parameter], config: TrainingConfig) -> torch.optim.Adam:
     """``torch.optim.Adam`` with the configuration's lr and weight decay, in its fused form: one
-    pass over each parameter per step instead of one per arithmetic operation (Adam's update is
-    most of a step's memory traffic on a large layer); it differs from the default loop only in
-    float rounding (a test bounds it)."""
+    pass over each parameter per step, where the multi-tensor form makes one per arithmetic
+    operation of the update; it differs from the default loop only in float rounding (a test
+    bounds it)."""
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, fused=True)
 
 

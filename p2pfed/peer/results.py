@@ -72,8 +72,10 @@ def write_results(out_dir: Path, loaded: RunSpec, peers: list[dict[str, Any]], *
     meter = merged_energy(loaded, peers, recorder, end_s)
     if meter is not None:
         extra["energy"] = meter.summary(end_s)
-        if rows:   # the last row is the whole run, as the simulator's: a neighbour's last message may
-            meter.snapshot(rows[-1]["round"] - 1)   # arrive after a peer's own last snapshot
+        # The last row is the whole run, as the simulator's: a neighbour's last message may
+        # arrive after a peer's own last snapshot.
+        if rows:
+            meter.snapshot(rows[-1]["round"] - 1)
     if loaded.swapped is not None:
         extra["swapped"] = loaded.swapped.to_dict()
     if loaded.scenario.adversaries:   # the peers' own verdicts are not trusted: the scenario says who lied
