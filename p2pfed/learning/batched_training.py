@@ -25,6 +25,7 @@ are contiguous slices: every full batch together, then each partial size), never
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -270,7 +271,9 @@ def train_group(jobs: Sequence[TrainingJob], forward: Callable[[nn.Module], Stac
             losses[row, :k] = step(k, index[:k, cols], valid[:k, cols]).detach().to(torch.float64)
             row += 1
     models.write_back()
-    means = np.nanmean(losses.numpy(), axis=0)
+    with warnings.catch_warnings():   # a device whose every batch loss is NaN (a diverged model) means NaN
+        warnings.filterwarnings("ignore", "Mean of empty slice", RuntimeWarning)
+        means = np.nanmean(losses.numpy(), axis=0)   # NaN marks the steps a device had no batch for
     out = [0.0] * len(jobs)
     for i, original in enumerate(order):
         out[original] = float(means[i])

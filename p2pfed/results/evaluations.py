@@ -94,7 +94,7 @@ class EvaluationTables:
             "sim_time_s": round_float(self.time[round]),
             "f1_macro_mean": round_float(np.nanmean(values[:, 0])),
             "f1_macro_std": round_float(np.nanstd(values[:, 0])),
-            "loss_mean": round_float(np.nanmean(values[:, 1])),
+            "loss_mean": round_float(_nanmean(values[:, 1])),   # NaN when every model diverged
             "accuracy_mean": round_float(np.nanmean(values[:, 2])),
             "f1_present_mean": round_float(_nanmean(values[:, 3])),   # NaN from a checkpoint made before it
             **self._protocols_row(round),
