@@ -43,3 +43,16 @@ def test_a_parameter_replaced_by_one_of_another_shape_changes_the_layout():
 def test_a_model_without_units_is_refused_by_name():
     with pytest.raises(TypeError, match="Sequential has no units"):
         unit_layers(nn.Sequential(nn.Linear(3, 2)))
+
+
+def test_a_layer_added_changes_the_layout_and_a_kept_one_is_not_walked_again(monkeypatch):
+    model = MLP(5, [6, 7], 3)
+    assert [layer.size for layer in unit_layers(model)] == [6, 7, 3]
+    walks = []
+    real = nn.Module.named_parameters
+    monkeypatch.setattr(nn.Module, "named_parameters", lambda self, *a, **k: walks.append(1) or real(self, *a, **k))
+    unit_layers(model)
+    assert walks == []                             # nothing registered since: the kept layout, unread
+    model.layers.append(nn.Linear(3, 4))           # a layer registered: read again
+    layers = unit_layers(model)
+    assert [layer.size for layer in layers] == [6, 7, 3, 4] and layers == _fresh(model) and walks

@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 
 
 UNIT_MODELS = ("mlp", "cnn")   # the built-in models with units (``model.name``)
@@ -59,19 +60,37 @@ def has_units(model: nn.Module) -> bool:
 
 
 _LAYOUT = "_p2pfed_unit_layout"   # the model's own slot for its worked-out layout
+_registrations = 0   # parameters and submodules registered on any module since import
+
+
+def _count_registration(*_: object) -> None:
+    """torch's global registration hook: any model's structure may have changed."""
+    global _registrations
+    _registrations += 1
+
+
+torch_module.register_module_parameter_registration_hook(_count_registration)
+torch_module.register_module_module_registration_hook(_count_registration)
 
 
 def unit_layers(model: nn.Module) -> list[UnitLayer]:
     """Every layer's units, in order (the last is the classifier, one unit per class).
 
-    The layout is kept on the model with the names and shapes of its parameters, and worked out
-    again when those differ (a parameter replaced by one of another shape, a layer added)."""
-    parameters = tuple((name, p.shape) for name, p in model.named_parameters())
+    The layout is kept on the model with the names and shapes of its parameters. Those are read
+    again only once a parameter or a submodule has been registered on some model since (torch's
+    global registration hooks: a parameter replaced by one of another shape, a layer added), and
+    the layout worked out again when they differ. A shape changed in place (``param.data = …``)
+    is not seen: replace the parameter."""
+    registrations = _registrations   # read first: a registration during the check below re-checks next time
     kept = model.__dict__.get(_LAYOUT)
-    if kept is not None and kept[0] == parameters:
-        return list(kept[1])
-    layers = _work_out_unit_layers(model)
-    model.__dict__[_LAYOUT] = (parameters, tuple(layers))
+    if kept is not None and kept[0] == registrations:
+        return list(kept[2])
+    parameters = tuple((name, p.shape) for name, p in model.named_parameters())
+    if kept is not None and kept[1] == parameters:
+        layers = list(kept[2])
+    else:
+        layers = _work_out_unit_layers(model)
+    model.__dict__[_LAYOUT] = (registrations, parameters, tuple(layers))
     return layers
 
 
