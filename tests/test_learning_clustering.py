@@ -12,6 +12,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, davies_bouldin_score
 from threadpoolctl import threadpool_limits
 
+from p2pfed.algorithms.fedsub import clustering
 from p2pfed.algorithms.fedsub.clustering import Clustering, ClusteringCache, choose_k_by_dbi_many
 from p2pfed.engine.offload import ComputeWhenAsked
 from tests.reference_clustering import choose_k_by_dbi, davies_bouldin, kmeans
@@ -279,6 +280,20 @@ def test_many_equals_one_problem_at_a_time_exactly(dim: int, params: dict) -> No
         assert not got.labels.flags.writeable
 
 
+def test_a_sweep_run_in_chunks_equals_one_problem_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However a round's problems of one size are split into chunks, each gets the same result."""
+    rng = np.random.default_rng(11)
+    problems = [rng.normal(size=(7, 43)) for _ in range(13)] + mixed_problems(6, 43, seed=2)
+    whole = choose_k_by_dbi_many(problems, n_init=2)
+    monkeypatch.setattr(clustering, "SWEEP_CHUNK", 5)   # 13 problems of 7 rows: chunks of 5, 5 and 3
+    chunked = choose_k_by_dbi_many(problems, n_init=2)
+    for points, got, alone in zip(problems, chunked, whole):
+        want = choose_k_by_dbi(points, n_init=2)
+        assert (got.k, got.dbi, got.dbi_by_k) == (want.k, want.dbi, want.dbi_by_k)
+        assert (alone.k, alone.dbi, alone.dbi_by_k) == (want.k, want.dbi, want.dbi_by_k)
+        np.testing.assert_array_equal(got.labels, want.labels)
+
+
 def test_many_finds_planted_k_like_sklearn() -> None:
     sets = [blobs(k, 18 // k, dim=64, seed=10 + k) for k in (2, 3, 4, 5)]
     for (x, truth), res in zip(sets, choose_k_by_dbi_many([x for x, _ in sets])):
@@ -372,8 +387,6 @@ def test_dbi_recovers_the_planted_groups_of_the_synthetic_generator():
 
 
 def test_requests_answered_later_are_computed_together_when_the_first_answer_is_asked_for(monkeypatch):
-    from p2pfed.algorithms.fedsub import clustering
-
     rng = np.random.default_rng(5)
     sets = [rng.normal(size=(12, 4)) for _ in range(5)]
     calls = []

@@ -26,6 +26,8 @@ import numpy as np
 
 from p2pfed.algorithms.base import ComputeNow
 
+SWEEP_CHUNK = 256   # problems of one size swept as one stacked computation
+
 
 @dataclass(frozen=True)
 class Clustering:
@@ -372,7 +374,9 @@ def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
     Unpadded, each problem's arithmetic is the same sequence of operations on the same shapes as
     the one-problem path (the random draws too: they depend only on ``seed``, n and K), so the
     results are equal, not merely close. The cost that goes is the Python overhead per
-    (problem, K, iteration), which dominates at these sizes (tens of rows).
+    (problem, K, iteration), which dominates at these sizes (tens of rows). A group runs in
+    chunks of at most ``SWEEP_CHUNK`` problems, so that the sweep's temporary arrays stay
+    bounded however many devices cluster at one instant (a synchronous round's first fusion).
     """
     _check_sweep_params(k_min, k_max, n_init, k_rule)
     results: list[Clustering | None] = [None] * len(point_sets)
@@ -390,9 +394,11 @@ def choose_k_by_dbi_many(point_sets: Sequence[np.ndarray], *, k_min: int = 2,
         sweeps.setdefault(sweep.xs.shape[0], []).append((i, sweep))
     with _single_threaded_blas():
         for group in sweeps.values():
-            _sweep_group([s for _, s in group], k_min, seed, n_init)
-            for i, sweep in group:
-                results[i] = sweep.result()
+            for first in range(0, len(group), SWEEP_CHUNK):   # at most SWEEP_CHUNK problems' arrays at once
+                chunk = group[first:first + SWEEP_CHUNK]
+                _sweep_group([s for _, s in chunk], k_min, seed, n_init)
+                for i, sweep in chunk:
+                    results[i] = sweep.result()
     return results  # type: ignore[return-value]
 
 
