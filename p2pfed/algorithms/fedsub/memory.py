@@ -12,8 +12,9 @@ from p2pfed.algorithms.memory import DeviceFacts, MemoryFacts, MemoryTerm
 KMEANS_MIN_K = 2      # the K sweep starts at 2 clusters (clustering.choose_k_by_dbi_many)
 FLOAT64_BYTES = 8
 # Per device, whatever the model's size: its clustering cache's share, its per-class records of
-# each peer's artifacts and their Python objects (calibrated on bench/scale.py's small-model runs,
-# where these, not the model, set the peak).
+# each peer's artifacts and their Python objects. Calibrated on bench/scale.py's small-model runs
+# while a round's K sweeps still ran in one stack and set their peak; with the sweeps in chunks
+# it is on the safe side (bench/results/scale/goal-100000/).
 CLUSTERING_BYTES = 200_000
 
 
