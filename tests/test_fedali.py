@@ -458,6 +458,26 @@ def test_fused_adam_is_adam_one_tensor_at_a_time_to_float_rounding():
     assert not torch.equal(ours[2].detach(), start[2])
 
 
+def test_adam_with_a_non_contiguous_gradient_or_parameter_is_torchs_adam():
+    """torch's fused CPU Adam reads a tensor's memory as if it were contiguous: a transposed
+    gradient or parameter would step the wrong elements. ``adam_step`` makes gradients contiguous
+    and ``make_adam`` keeps a non-contiguous parameter out of the fused kernel."""
+    from p2pfed.learning.training import TrainingConfig, adam_step, make_adam
+    config = TrainingConfig(lr=0.01, weight_decay=0.01, optimizer="adam")
+    streams = torch.Generator().manual_seed(1)
+    for start in (torch.randn(4, 5, generator=streams), torch.randn(5, 4, generator=streams).t()):
+        ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+        adam = make_adam([ours], config)
+        reference = torch.optim.Adam([theirs], lr=0.01, weight_decay=0.01, foreach=False)
+        for _ in range(3):
+            grad = torch.randn(5, 4, generator=streams).t()
+            adam_step(adam, [ours], (grad,))
+            theirs.grad = grad.contiguous()
+            reference.step()
+        torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=1e-6)
+        assert ours.grad is None
+
+
 def adam_steps(adam: torch.optim.Optimizer, p: torch.nn.Parameter) -> int:
     return int(adam.state[p]["step"])
 

@@ -165,15 +165,18 @@ def make_adam(params: Iterable[nn.Parameter], config: TrainingConfig) -> torch.o
     """``torch.optim.Adam`` with the configuration's lr and weight decay, in its fused form: one
     pass over each parameter per step, where the multi-tensor form makes one per arithmetic
     operation of the update; it differs from the default loop only in float rounding (a test
-    bounds it)."""
-    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, fused=True)
+    bounds it). The fused CPU kernel reads a tensor's memory as if it were contiguous, so a model
+    with a non-contiguous parameter gets the default loop (``adam_step`` makes gradients contiguous)."""
+    params = list(params)
+    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay,
+                            fused=all(p.is_contiguous() for p in params))
 
 
 def adam_step(adam: torch.optim.Optimizer, params: list[nn.Parameter], grads: tuple[torch.Tensor | None, ...]) -> None:
-    """One step of ``adam`` with the given gradients (a parameter without one is skipped, as
-    SGD skips it); no gradient is left on the parameters."""
+    """One step of ``adam`` with the given gradients, each made contiguous (``make_adam``); a
+    parameter without one is skipped, as SGD skips it; no gradient is left on the parameters."""
     for p, g in zip(params, grads, strict=True):
-        p.grad = g
+        p.grad = None if g is None else g.contiguous()
     adam.step()
     for p in params:
         p.grad = None
