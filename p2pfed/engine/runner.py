@@ -20,6 +20,7 @@ from tqdm import tqdm
 from p2pfed.algorithms import Algorithm
 from p2pfed.device import full_model_bytes, load_checkpoint, save_checkpoint
 from p2pfed.device.exchange import Forwarding
+from p2pfed.engine.allocator import freed_memory_kept
 from p2pfed.engine.churn import churn_intervals
 from p2pfed.engine.collector import fewer_collections
 from p2pfed.network.contacts import ContactPlan
@@ -114,8 +115,9 @@ def write_results(done: Simulated, out_dir: Path, name: str) -> None:
 def simulate(loaded: RunSpec, *, progress: bool = True, checkpointing: Checkpointing | None = None,
              callbacks: Sequence[Callback] = ()) -> Simulated | None:
     """``run_scenario`` without writing files (None: stopped early at a checkpoint), with the
-    garbage collector's young generation enlarged (``collector``)."""
-    with fewer_collections():
+    garbage collector's young generation enlarged (``collector``) and freed memory kept for
+    reuse until the end (``allocator``)."""
+    with fewer_collections(), freed_memory_kept():
         return _simulate(loaded, progress=progress, checkpointing=checkpointing, callbacks=callbacks)
 
 
