@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,8 +23,10 @@ M_MMAP_THRESHOLD = -3
 KEPT_BYTES = 1 << 30    # blocks below this come from the heap; free memory up to it stays there
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
+    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None; looked
+    up once per process (``find_library`` may start a subprocess)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
